@@ -1,0 +1,69 @@
+"""Reprise: reproducible, cached, traceable machine-learning pipelines.
+
+The public API is re-exported here and loaded lazily, so ``import reprise``
+stays cheap (no SQLAlchemy, torch, scikit-learn or web server until used).
+
+Example:
+    >>> import reprise
+    >>> reprise.__version__
+    '0.1.0'
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# name -> module that defines it; resolved on first attribute access (PEP 562).
+_EXPORTS: dict[str, str] = {
+    "start_run": "reprise.tracking",
+    "active_run": "reprise.tracking",
+    "log_param": "reprise.tracking",
+    "log_params": "reprise.tracking",
+    "log_metric": "reprise.tracking",
+    "log_metrics": "reprise.tracking",
+    "set_tag": "reprise.tracking",
+    "log_artifact": "reprise.tracking",
+    "Run": "reprise.tracking",
+    "Workspace": "reprise.store",
+    "open_workspace": "reprise.tracking",
+    "init": "reprise.tracking",
+    "register_materializer": "reprise.store",
+    "Materializer": "reprise.store",
+    "RunStatus": "reprise.core",
+    "errors": "reprise.core",
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+if TYPE_CHECKING:
+    from reprise.core import RunStatus, errors
+    from reprise.store import Materializer, Workspace, register_materializer
+    from reprise.tracking import (
+        Run,
+        active_run,
+        init,
+        log_artifact,
+        log_metric,
+        log_metrics,
+        log_param,
+        log_params,
+        open_workspace,
+        set_tag,
+        start_run,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'reprise' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

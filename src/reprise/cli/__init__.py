@@ -1,0 +1,38 @@
+"""Layer 7: the ``reprise`` command line (Typer + rich)."""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``reprise`` console script.
+
+    User errors print one line and exit 2; bugs show a traceback and exit 1.
+    """
+    from reprise.cli._app import app
+    from reprise.core.errors import UserError
+
+    try:
+        code = app(args=argv, standalone_mode=False)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as exc:  # click's own usage errors
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Abort):
+            print("aborted", file=sys.stderr)
+            sys.exit(1)
+        raise
+    sys.exit(code if isinstance(code, int) else 0)

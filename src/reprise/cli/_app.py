@@ -1,0 +1,181 @@
+"""The ``reprise`` command line: parse, call the public API, render.
+
+No domain logic lives here (DVC's ``commands/`` over ``repo/`` habit). Heavy
+modules are imported inside the commands so that ``reprise --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from reprise.cli import _render as render
+
+app = typer.Typer(
+    name="reprise",
+    help="Reproducible, cached, traceable ML pipelines. Start with `reprise init`.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+runs_app = typer.Typer(help="List, show and compare runs.", no_args_is_help=True)
+env_app = typer.Typer(help="Show and compare environment fingerprints.", no_args_is_help=True)
+app.add_typer(runs_app, name="runs")
+app.add_typer(env_app, name="env")
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        from reprise import __version__
+
+        typer.echo(f"reprise {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Reprise: reproducible, cached, traceable ML pipelines."""
+
+
+def _ws() -> Any:
+    from reprise.tracking import open_workspace
+
+    return open_workspace()
+
+
+@app.command()
+def init(
+    path: Annotated[Path, typer.Argument(help="Folder to create the workspace in.")] = Path("."),
+) -> None:
+    """Create a workspace (.reprise/ with database, artifact folder, config.toml)."""
+    from reprise.tracking import init as init_workspace
+
+    ws = init_workspace(path)
+    ws.metadata  # create the database now, so a broken store URL fails here
+    typer.echo(f"Initialised Reprise workspace in {ws.root / '.reprise'}")
+
+
+@runs_app.command("list")
+def runs_list(
+    name: Annotated[str | None, typer.Option(help="Only runs with this name.")] = None,
+    status: Annotated[str | None, typer.Option(
+        help="running, finished, failed or killed.")] = None,
+    tag: Annotated[list[str] | None, typer.Option(help="KEY=VALUE; repeatable.")] = None,
+    sort: Annotated[str | None, typer.Option(help="Sort by this metric's final value.")] = None,
+    asc: Annotated[bool, typer.Option("--asc", help="Ascending order.")] = False,
+    limit: Annotated[int, typer.Option(help="At most this many runs (0: all).")] = 50,
+    all_runs: Annotated[bool, typer.Option("--all", help="Include nested runs.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """List runs, newest first."""
+    from reprise.tracking import list_runs
+
+    rows = list_runs(_ws(), name=name, status=status, tags=render.parse_pairs(tag or [], "--tag"),
+                     sort_metric=sort, ascending=asc, limit=limit or None,
+                     include_children=all_runs)
+    if as_json:
+        render.print_json(rows)
+    else:
+        render.runs_table(rows, sort)
+
+
+@runs_app.command("show")
+def runs_show(run: Annotated[str, typer.Argument(help="Run id (unique prefix is enough).")],
+              as_json: JsonOpt = False) -> None:
+    """Show one run: status, params, final metrics, artifacts."""
+    from reprise.tracking import describe_run
+
+    info = describe_run(_ws(), run)
+    render.print_json(info) if as_json else render.run_detail(info)
+
+
+@runs_app.command("compare")
+def runs_compare(a: Annotated[str, typer.Argument(help="First run.")],
+                 b: Annotated[str, typer.Argument(help="Second run.")],
+                 as_json: JsonOpt = False) -> None:
+    """Compare two runs: params, final metrics, environment."""
+    from reprise.tracking import compare_runs
+
+    cmp = compare_runs(_ws(), a, b)
+    render.print_json(cmp) if as_json else render.comparison(cmp)
+
+
+@env_app.command("show")
+def env_show(run: Annotated[str | None, typer.Argument(
+                 help="Run id; omit for the current environment.")] = None,
+             as_json: JsonOpt = False) -> None:
+    """Show the environment fingerprint of a run (or of this machine now)."""
+    if run is None:
+        from reprise.env import fingerprint, fingerprint_hash
+
+        fp = fingerprint(Path.cwd())
+        env_hash = fingerprint_hash(fp)
+    else:
+        store = _ws().metadata
+        rec = store.get_run(run)
+        if rec.env_hash is None:
+            from reprise.core.errors import UserError
+
+            raise UserError(f"run {rec.id} has no recorded environment.")
+        env_hash, fp = rec.env_hash, store.get_environment(rec.env_hash)
+    if as_json:
+        render.print_json({"hash": env_hash, "fingerprint": fp})
+    else:
+        render.environment(env_hash, fp)
+
+
+@env_app.command("diff")
+def env_diff(a: Annotated[str, typer.Argument(help="First run.")],
+             b: Annotated[str, typer.Argument(help="Second run.")],
+             as_json: JsonOpt = False) -> None:
+    """What changed in the environment between two runs."""
+    from reprise.tracking import env_diff as diff
+
+    changes = diff(_ws(), a, b)
+    render.print_json(changes) if as_json else render.env_changes(changes)
+
+
+@app.command()
+def fsck(
+    no_verify: Annotated[bool, typer.Option("--no-verify",
+                                            help="Check presence and size only.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Find missing or corrupted blobs in the artifact store. Exit 1 if any."""
+    report = _ws().fsck(verify_hashes=not no_verify)
+    if as_json:
+        render.print_json({"ok": report.ok, "checked": report.checked,
+                           "missing": report.missing, "corrupted": report.corrupted,
+                           "unrecorded": report.unrecorded})
+    else:
+        render.fsck_report(report)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def gc(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would go.")] = False,
+    grace: Annotated[float, typer.Option(
+        help="Keep unreferenced blobs younger than this many seconds.")] = 3600.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Remove blobs that nothing references."""
+    report = _ws().gc(dry_run=dry_run, grace_seconds=grace)
+    if as_json:
+        render.print_json({"dry_run": report.dry_run, "removed": report.removed,
+                           "bytes_freed": report.bytes_freed, "kept_recent": report.kept_recent,
+                           "temp_files_removed": report.temp_files_removed})
+    else:
+        verb = "Would remove" if dry_run else "Removed"
+        typer.echo(f"{verb} {len(report.removed)} blob(s), {render.human_bytes(report.bytes_freed)}"
+                   f"; kept {report.kept_recent} recent unreferenced blob(s).")
+

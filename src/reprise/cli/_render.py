@@ -1,0 +1,223 @@
+"""Rendering for the CLI: rich tables and JSON. Presentation only."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from typing import Any
+
+from reprise.core.errors import UserError
+
+__all__ = [
+    "comparison",
+    "env_changes",
+    "environment",
+    "fsck_report",
+    "human_bytes",
+    "parse_pairs",
+    "print_json",
+    "run_detail",
+    "runs_table",
+]
+
+_STATUS_STYLE = {"running": "cyan", "finished": "green", "failed": "red", "killed": "yellow"}
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console()
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def parse_pairs(items: list[str], option: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"{option} takes KEY=VALUE, got {item!r}.")
+        out[key] = value
+    return out
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _time(ts: float | None) -> str:
+    return "-" if ts is None else dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _dur(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    return f"{int(seconds // 60)}m{seconds % 60:02.0f}s"
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if value is None:
+        return "-"
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _short_ids(ids: list[str]) -> dict[str, str]:
+    from reprise.core._ids import shortest_unique_prefixes
+
+    return shortest_unique_prefixes(ids)
+
+
+def runs_table(rows: list[dict[str, Any]], sort_metric: str | None) -> None:
+    from rich.table import Table
+
+    if not rows:
+        _console().print("No runs yet. Start one with reprise.start_run() or `reprise run`.")
+        return
+    metric_keys = sorted({k for r in rows for k in r["metrics"] if not k.startswith("system/")})
+    if sort_metric and sort_metric in metric_keys:
+        metric_keys.remove(sort_metric)
+        metric_keys.insert(0, sort_metric)
+    metric_keys = metric_keys[:6]
+    short = _short_ids([r["id"] for r in rows])
+    table = Table(box=None, header_style="bold")
+    for col in ("id", "name", "status", "started", "duration", *metric_keys):
+        table.add_column(col, justify="right" if col in metric_keys else "left")
+    for r in rows:
+        style = _STATUS_STYLE.get(r["status"], "")
+        table.add_row(short[r["id"]], r["name"], f"[{style}]{r['status']}[/]",
+                      _time(r["started_at"]), _dur(r["duration"]),
+                      *(_fmt(r["metrics"].get(k)) for k in metric_keys))
+    _console().print(table)
+
+
+def run_detail(info: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    con = _console()
+    style = _STATUS_STYLE.get(info["status"], "")
+    con.print(f"[bold]Run {info['id']}[/]  {info['name']}  [{style}]{info['status']}[/]")
+    fields = [("kind", info["kind"]), ("parent", info["parent_id"]),
+              ("started", _time(info["started_at"])), ("ended", _time(info["ended_at"])),
+              ("duration", _dur(info["duration"])), ("seed", info["seed"]),
+              ("environment", (info["env_hash"] or "-")[:16]),
+              ("git", _git(info)), ("host", info["host"]), ("user", info["user"]),
+              ("energy", _energy(info))]
+    for key, value in fields:
+        con.print(f"  {key:<12} {_fmt(value)}")
+    if info["error"]:
+        con.print("[red]error:[/]")
+        con.print(info["error"].rstrip(), markup=False, highlight=False)
+    for title, mapping in (("params", info["params"]), ("tags", info["tags"])):
+        if mapping:
+            table = Table(title=title, title_justify="left", box=None, show_header=False)
+            for k, v in sorted(mapping.items()):
+                table.add_row(f"  {k}", _fmt(v))
+            con.print(table)
+    if info["metrics"]:
+        table = Table(title="metrics (final)", title_justify="left", box=None)
+        table.add_column("key")
+        table.add_column("value", justify="right")
+        table.add_column("step", justify="right")
+        for k, v in info["metrics"].items():
+            table.add_row(k, _fmt(v), str(info["metric_steps"][k]))
+        con.print(table)
+    if info["artifacts"]:
+        table = Table(title="artifacts", title_justify="left", box=None)
+        for col in ("name", "kind", "size", "hash"):
+            table.add_column(col)
+        for name, a in info["artifacts"].items():
+            table.add_row(name, a["kind"], human_bytes(a["size"]), a["hash"][:16])
+        con.print(table)
+    if info["children"]:
+        con.print(f"  children     {len(info['children'])}: {', '.join(info['children'][:5])}")
+
+
+def _git(info: dict[str, Any]) -> str:
+    if not info["git_commit"]:
+        return "-"
+    return info["git_commit"][:12] + (" (dirty)" if info["git_dirty"] else "")
+
+
+def _energy(info: dict[str, Any]) -> str:
+    if info["energy_joules"] is None:
+        return "-"
+    label = " (estimate)" if info["energy_source"] == "estimate" else ""
+    return f"{info['energy_joules']:.1f} J via {info['energy_source']}{label}"
+
+
+def comparison(cmp: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    con = _console()
+    a, b = cmp["a"], cmp["b"]
+    con.print(f"[bold]A[/] {a['id']} {a['name']} ({a['status']})")
+    con.print(f"[bold]B[/] {b['id']} {b['name']} ({b['status']})")
+    if cmp["params"]:
+        table = Table(title="params", title_justify="left", box=None)
+        for col in ("key", "A", "B", ""):
+            table.add_column(col)
+        for p in cmp["params"]:
+            table.add_row(p["key"], _fmt(p["a"]), _fmt(p["b"]),
+                          "[yellow]changed[/]" if p["changed"] else "")
+        con.print(table)
+    if cmp["metrics"]:
+        table = Table(title="metrics (final)", title_justify="left", box=None)
+        for col in ("key", "A", "B", "B - A"):
+            table.add_column(col, justify="left" if col == "key" else "right")
+        for m in cmp["metrics"]:
+            table.add_row(m["key"], _fmt(m["a"]), _fmt(m["b"]), _fmt(m["delta"]))
+        con.print(table)
+    env_changes(cmp["environment"])
+
+
+def env_changes(changes: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    con = _console()
+    if not changes:
+        con.print("environment: identical")
+        return
+    table = Table(title=f"environment: {len(changes)} change(s)", title_justify="left", box=None)
+    for col in ("section", "key", "A", "B"):
+        table.add_column(col)
+    for c in changes:
+        table.add_row(c["section"], c["key"], _fmt(c["old"]), _fmt(c["new"]))
+    con.print(table)
+
+
+def environment(env_hash: str, fp: dict[str, Any]) -> None:
+    con = _console()
+    con.print(f"[bold]Environment[/] {env_hash[:16]}")
+    for section, value in fp.items():
+        if section == "packages" and isinstance(value, dict):
+            con.print(f"  packages     {len(value)} installed "
+                      "(see --json for the full list)")
+        elif isinstance(value, dict):
+            inner = ", ".join(f"{k}={_fmt(v)}" for k, v in value.items())
+            con.print(f"  {section:<12} {inner}", markup=False, highlight=False)
+        else:
+            con.print(f"  {section:<12} {_fmt(value)}", markup=False, highlight=False)
+
+
+def fsck_report(report: Any) -> None:
+    con = _console()
+    con.print(f"checked {report.checked} recorded blob(s)")
+    for h in report.missing:
+        con.print(f"[red]missing[/]    {h}")
+    for h in report.corrupted:
+        con.print(f"[red]corrupted[/]  {h}")
+    if report.unrecorded:
+        con.print(f"{len(report.unrecorded)} blob(s) not recorded in the database "
+                  "(`reprise gc` removes them)")
+    con.print("[green]ok[/]" if report.ok else "[red]problems found[/]")

@@ -1,0 +1,64 @@
+"""Atomic file writes: temp file in the same directory, fsync, rename, fsync dir.
+
+A reader sees either the old file or the whole new one, never a prefix, even
+when the writer is killed with SIGKILL halfway (Metaflow's and DVC's habit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+__all__ = ["atomic_write", "atomic_write_bytes", "fsync_dir", "TMP_PREFIX"]
+
+# Temp files carry this prefix so fsck and gc can recognise (and sweep) leftovers.
+TMP_PREFIX = ".tmp-"
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """fsync a directory so that a rename inside it is durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike[str], *, mode: str = "wb") -> Iterator[IO[bytes]]:
+    """Open a temp file beside ``path``; on clean exit fsync it and rename onto ``path``.
+
+    On an exception the temp file is removed and ``path`` is untouched.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> with atomic_write(d / "x.txt", mode="w") as f:
+        ...     _ = f.write("hello")
+        >>> (d / "x.txt").read_text()
+        'hello'
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=target.parent)
+    try:
+        with os.fdopen(fd, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(target.parent)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically."""
+    with atomic_write(path) as f:
+        f.write(data)

@@ -1,0 +1,162 @@
+"""Workspace discovery and configuration.
+
+A workspace is a folder holding ``.reprise/`` (found from the current
+directory upwards, like git). Its ``config.toml`` may point the metadata store
+and the artifact store elsewhere; the environment variables
+``REPRISE_STORE_URL`` and ``REPRISE_ARTIFACTS_URL`` override the file, and
+``REPRISE_WORKSPACE`` names the workspace folder explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reprise.core._atomic import atomic_write_bytes
+from reprise.core.errors import ConfigError, WorkspaceExistsError, WorkspaceNotFoundError
+
+__all__ = [
+    "WORKSPACE_DIR",
+    "Config",
+    "create_workspace",
+    "find_workspace",
+    "load_config",
+]
+
+WORKSPACE_DIR = ".reprise"
+CONFIG_FILE = "config.toml"
+DB_FILE = "reprise.db"
+ARTIFACTS_DIR = "artifacts"
+JOURNALS_DIR = "journals"
+
+_CONFIG_TEMPLATE = """\
+# Reprise workspace configuration.
+# Environment variables override these: REPRISE_STORE_URL, REPRISE_ARTIFACTS_URL.
+
+[store]
+# Metadata database. Empty means the embedded SQLite file .reprise/reprise.db.
+# Example: url = "postgresql+psycopg://user@host:5432/dbname"
+url = ""
+
+[artifacts]
+# Content-addressed artifact store. Empty means the local folder .reprise/artifacts.
+# Any fsspec URL works, e.g. "s3://bucket/prefix" (needs the matching fsspec backend).
+url = ""
+
+[tracking]
+# Seconds between system-metric samples (CPU %, memory, GPU); 0 turns sampling off.
+system_metrics_interval = 10.0
+# Seconds between background ingestions of the metric journal into the database.
+flush_interval = 2.0
+"""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Resolved configuration of one workspace."""
+
+    root: Path
+    """The folder that contains ``.reprise/``."""
+    store_url: str
+    artifacts_url: str
+    system_metrics_interval: float = 10.0
+    flush_interval: float = 2.0
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def workspace_dir(self) -> Path:
+        return self.root / WORKSPACE_DIR
+
+    @property
+    def journals_dir(self) -> Path:
+        return self.workspace_dir / JOURNALS_DIR
+
+
+def find_workspace(start: str | os.PathLike[str] | None = None) -> Path:
+    """Return the folder containing ``.reprise/``, searching ``start`` and its parents.
+
+    Raises:
+        WorkspaceNotFoundError: no workspace up to the filesystem root.
+    """
+    explicit = os.environ.get("REPRISE_WORKSPACE")
+    if explicit and start is None:
+        root = Path(explicit).expanduser().resolve()
+        if root.name == WORKSPACE_DIR:
+            root = root.parent
+        if not (root / WORKSPACE_DIR).is_dir():
+            raise WorkspaceNotFoundError(
+                f"REPRISE_WORKSPACE={explicit} has no {WORKSPACE_DIR}/ folder; "
+                f"run `reprise init {explicit}` or unset the variable."
+            )
+        return root
+    here = Path(start if start is not None else os.getcwd()).resolve()
+    for candidate in (here, *here.parents):
+        if (candidate / WORKSPACE_DIR).is_dir():
+            return candidate
+    raise WorkspaceNotFoundError(
+        f"No Reprise workspace in {here} or any parent; run `reprise init` to create one here."
+    )
+
+
+def create_workspace(root: str | os.PathLike[str] | None = None) -> Path:
+    """Create ``.reprise/`` with its config file and folders; return the root.
+
+    Raises:
+        WorkspaceExistsError: the folder already holds a workspace.
+    """
+    base = Path(root if root is not None else os.getcwd()).resolve()
+    ws = base / WORKSPACE_DIR
+    if (ws / CONFIG_FILE).exists():
+        raise WorkspaceExistsError(
+            f"{ws} already exists; use it as it is, or remove it first to start over."
+        )
+    (ws / JOURNALS_DIR / "done").mkdir(parents=True, exist_ok=True)
+    (ws / ARTIFACTS_DIR).mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(ws / CONFIG_FILE, _CONFIG_TEMPLATE.encode())
+    return base
+
+
+def load_config(root: str | os.PathLike[str] | None = None) -> Config:
+    """Load the configuration of the workspace at ``root`` (found upwards when None)."""
+    base = Path(root).resolve() if root is not None else find_workspace()
+    path = base / WORKSPACE_DIR / CONFIG_FILE
+    raw: dict[str, Any] = {}
+    if path.exists():
+        try:
+            raw = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path} is not valid TOML ({exc}); fix or recreate it.") from exc
+    store = _section(raw, "store", path)
+    arts = _section(raw, "artifacts", path)
+    tracking = _section(raw, "tracking", path)
+    store_url = os.environ.get("REPRISE_STORE_URL") or str(store.get("url") or "")
+    artifacts_url = os.environ.get("REPRISE_ARTIFACTS_URL") or str(arts.get("url") or "")
+    if not store_url:
+        store_url = f"sqlite:///{base / WORKSPACE_DIR / DB_FILE}"
+    if not artifacts_url:
+        artifacts_url = str(base / WORKSPACE_DIR / ARTIFACTS_DIR)
+    return Config(
+        root=base,
+        store_url=store_url,
+        artifacts_url=artifacts_url,
+        system_metrics_interval=_number(tracking, "system_metrics_interval", 10.0, path),
+        flush_interval=_number(tracking, "flush_interval", 2.0, path),
+        raw=raw,
+    )
+
+
+def _section(raw: dict[str, Any], name: str, path: Path) -> dict[str, Any]:
+    value = raw.get(name, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: [{name}] must be a table, got {type(value).__name__}.")
+    return value
+
+
+def _number(section: dict[str, Any], key: str, default: float, path: Path) -> float:
+    value = section.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ConfigError(f"{path}: {key} must be a number >= 0, got {value!r}.")
+    return float(value)

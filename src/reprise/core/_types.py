@@ -1,0 +1,86 @@
+"""Records the stores persist. They live in ``core`` so that the store layer never
+imports upward (the cycle Optuna's ``study`` and ``storages`` have)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ArtifactRecord",
+    "MetricPoint",
+    "RunKind",
+    "RunRecord",
+    "RunStatus",
+]
+
+
+class RunStatus(str, enum.Enum):
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    KILLED = "killed"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self is not RunStatus.RUNNING
+
+
+class RunKind(str, enum.Enum):
+    RUN = "run"
+    PIPELINE = "pipeline"
+    STEP = "step"
+    TRIAL = "trial"
+    TRAINING = "training"
+
+
+@dataclass(frozen=True)
+class MetricPoint:
+    key: str
+    step: int
+    value: float
+    timestamp: float
+
+
+@dataclass(frozen=True)
+class ArtifactRecord:
+    """Metadata of one content-addressed blob."""
+
+    hash: str
+    size: int
+    kind: str
+    """What the bytes are: ``numpy``, ``parquet``, ``json``, ``bytes``, ``file``, ``dir``..."""
+    materializer: str
+    """Name of the materializer that reads them back."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Materializer-specific metadata (dtype and shape, schema, file name...)."""
+    created: float = 0.0
+
+
+@dataclass
+class RunRecord:
+    id: str
+    name: str
+    kind: RunKind
+    status: RunStatus
+    started_at: float
+    ended_at: float | None = None
+    parent_id: str | None = None
+    seed: int | None = None
+    env_hash: str | None = None
+    code_hash: str | None = None
+    git_commit: str | None = None
+    git_dirty: bool | None = None
+    host: str | None = None
+    user: str | None = None
+    pid: int | None = None
+    error: str | None = None
+    energy_joules: float | None = None
+    energy_source: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.ended_at is None else self.ended_at - self.started_at

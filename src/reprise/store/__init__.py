@@ -1,0 +1,65 @@
+"""Layer 1: the metadata store (SQLAlchemy + Alembic), the artifact store
+(content-addressed, fsspec) and materializers, the run journal, the workspace.
+
+SQLAlchemy loads only when the metadata store is first used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from reprise.store._artifacts import (
+    BaseArtifactStore,
+    FsspecArtifactStore,
+    LocalArtifactStore,
+    open_artifact_store,
+    validate_artifact_name,
+)
+from reprise.store._journal import JournalBatch, JournalWriter, check_key, read_journal
+from reprise.store._materializers import (
+    Materializer,
+    load_object,
+    materializer_by_name,
+    materializer_for,
+    register_materializer,
+    save_object,
+)
+from reprise.store._metadata_base import BaseMetadataStore, RunFilter
+from reprise.store._workspace import FsckReport, GcReport, Workspace
+
+if TYPE_CHECKING:
+    from reprise.store._sql import SqlMetadataStore, upgrade_database
+
+__all__ = [
+    "BaseArtifactStore",
+    "BaseMetadataStore",
+    "FsckReport",
+    "FsspecArtifactStore",
+    "GcReport",
+    "JournalBatch",
+    "JournalWriter",
+    "LocalArtifactStore",
+    "Materializer",
+    "RunFilter",
+    "SqlMetadataStore",
+    "Workspace",
+    "check_key",
+    "load_object",
+    "materializer_by_name",
+    "materializer_for",
+    "open_artifact_store",
+    "read_journal",
+    "register_materializer",
+    "save_object",
+    "upgrade_database",
+    "validate_artifact_name",
+]
+
+_LAZY = {"SqlMetadataStore": "reprise.store._sql", "upgrade_database": "reprise.store._sql"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'reprise.store' has no attribute {name!r}")

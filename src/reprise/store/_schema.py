@@ -1,0 +1,201 @@
+"""The metadata schema (SQLAlchemy Core), as of the newest migration.
+
+The Alembic scripts in ``migrations/versions`` are frozen copies of each step;
+this module is the live description the queries use. A test checks that a
+database upgraded through every migration matches these tables.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+__all__ = ["HEAD_REVISION", "metadata"]
+
+# Must equal the newest revision in migrations/versions. Kept here as a constant
+# so that checking "is the database current?" needs no Alembic import (0.6 s).
+HEAD_REVISION = "0002_lineage_registry"
+
+metadata = MetaData()
+
+ID = String(32)
+HASH = String(64)
+NAME = String(250)
+
+environments = Table(
+    "environments",
+    metadata,
+    Column("hash", HASH, primary_key=True),
+    Column("fingerprint", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("parent_id", ID, ForeignKey("runs.id"), index=True),
+    Column("kind", String(16), nullable=False),
+    Column("name", NAME, nullable=False, index=True),
+    Column("status", String(16), nullable=False, index=True),
+    Column("started_at", Float, nullable=False),
+    Column("ended_at", Float),
+    Column("seed", BigInteger),
+    Column("env_hash", HASH, ForeignKey("environments.hash")),
+    Column("code_hash", HASH),
+    Column("git_commit", String(64)),
+    Column("git_dirty", Boolean),
+    Column("host", String(255)),
+    Column("user", String(255)),
+    Column("pid", Integer),
+    Column("error", Text),
+    Column("energy_joules", Float),
+    Column("energy_source", String(32)),
+    Column("journal_offset", BigInteger, nullable=False, default=0),
+)
+
+params = Table(
+    "params",
+    metadata,
+    Column("run_id", ID, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("key", NAME, primary_key=True),
+    Column("value", Text, nullable=False),  # canonical JSON
+)
+
+tags = Table(
+    "tags",
+    metadata,
+    Column("run_id", ID, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("key", NAME, primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+metrics = Table(
+    "metrics",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", ID, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("key", NAME, nullable=False),
+    Column("step", BigInteger, nullable=False),
+    Column("value", Float),  # NULL stands for NaN (SQLite cannot store NaN)
+    Column("timestamp", Float, nullable=False),
+    Index("ix_metrics_run_key_step", "run_id", "key", "step"),
+)
+
+artifacts = Table(
+    "artifacts",
+    metadata,
+    Column("hash", HASH, primary_key=True),
+    Column("size", BigInteger, nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("materializer", String(64), nullable=False),
+    Column("meta", Text, nullable=False, default="{}"),
+    Column("created_at", Float, nullable=False),
+)
+
+run_artifacts = Table(
+    "run_artifacts",
+    metadata,
+    Column("run_id", ID, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("name", String(255), primary_key=True),
+    Column("artifact_hash", HASH, ForeignKey("artifacts.hash"), nullable=False, index=True),
+)
+
+# --- revision 0002: pipelines and lineage, datasets, registry, audit -------------------
+
+step_runs = Table(
+    "step_runs",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("run_id", ID, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("step_name", NAME, nullable=False),
+    Column("cache_key", HASH, index=True),
+    Column("status", String(16), nullable=False),
+    Column("reused_from", ID),
+    Column("started_at", Float),
+    Column("ended_at", Float),
+    Column("duration", Float),
+    Column("energy_joules", Float),
+    Column("error", Text),
+)
+
+step_inputs = Table(
+    "step_inputs",
+    metadata,
+    Column("step_run_id", ID, ForeignKey("step_runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("name", String(255), primary_key=True),
+    Column("artifact_hash", HASH, ForeignKey("artifacts.hash"), nullable=False, index=True),
+)
+
+step_outputs = Table(
+    "step_outputs",
+    metadata,
+    Column("step_run_id", ID, ForeignKey("step_runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("name", String(255), primary_key=True),
+    Column("artifact_hash", HASH, ForeignKey("artifacts.hash"), nullable=False, index=True),
+)
+
+datasets = Table(
+    "datasets",
+    metadata,
+    Column("name", NAME, primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("artifact_hash", HASH, ForeignKey("artifacts.hash"), nullable=False),
+    Column("schema", Text),
+    Column("profile", Text),
+    Column("created_at", Float, nullable=False),
+)
+
+models = Table(
+    "models",
+    metadata,
+    Column("name", NAME, primary_key=True),
+    Column("description", Text),
+    Column("created_at", Float, nullable=False),
+)
+
+model_versions = Table(
+    "model_versions",
+    metadata,
+    Column("name", NAME, ForeignKey("models.name"), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("run_id", ID, ForeignKey("runs.id")),
+    Column("package_hash", HASH, ForeignKey("artifacts.hash"), nullable=False),
+    Column("signature", Text),
+    Column("metrics", Text),
+    Column("status", String(16), nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+aliases = Table(
+    "aliases",
+    metadata,
+    Column("name", NAME, primary_key=True),
+    Column("alias", NAME, primary_key=True),
+    Column("version", Integer, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+audit_events = Table(
+    "audit_events",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("time", Float, nullable=False),
+    Column("actor", String(255), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("subject", String(255), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("prev_hash", HASH, nullable=False),
+    Column("hash", HASH, nullable=False, unique=True),
+)

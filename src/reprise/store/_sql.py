@@ -1,0 +1,483 @@
+"""Metadata store on SQLAlchemy Core: SQLite (embedded default) and PostgreSQL."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import math
+import os
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+
+from reprise.core._types import ArtifactRecord, MetricPoint, RunKind, RunRecord, RunStatus
+from reprise.core.errors import (
+    AmbiguousIdError,
+    ArtifactNotFoundError,
+    ConfigError,
+    EnvironmentNotFoundError,
+    RunNotFoundError,
+    SchemaVersionError,
+    StoreError,
+)
+from reprise.store import _schema as s
+from reprise.store._journal import JournalBatch
+from reprise.store._metadata_base import BaseMetadataStore, RunFilter
+
+__all__ = ["SqlMetadataStore", "normalise_url", "upgrade_database"]
+
+_logger = logging.getLogger(__name__)
+T = TypeVar("T")
+_RETRIES = 50
+
+
+def normalise_url(url: str) -> str:
+    """Map user-facing URLs onto SQLAlchemy URLs (``postgresql://`` uses psycopg 3)."""
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://"):]
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+    return url
+
+
+def _make_engine(url: str) -> Engine:
+    try:
+        sa_url = sa.engine.make_url(normalise_url(url))
+    except ArgumentError as exc:
+        raise ConfigError(
+            f"store URL {url!r} is not a database URL; use sqlite:///path/to/file.db or "
+            "postgresql://user@host:5432/dbname."
+        ) from exc
+    if sa_url.get_backend_name() == "sqlite":
+        return _sqlite_engine(sa_url)
+    try:
+        return sa.create_engine(sa_url, pool_pre_ping=True, future=True)
+    except NoSuchModuleError as exc:
+        raise ConfigError(f"store URL {url!r}: unsupported database ({exc}).") from exc
+    except ImportError as exc:
+        raise ConfigError(
+            f"store URL {url!r} needs a driver that is not installed ({exc}); "
+            "for PostgreSQL run: pip install 'reprise-ml[postgres]'."
+        ) from exc
+
+
+def _sqlite_engine(sa_url: sa.engine.URL) -> Engine:
+    if sa_url.database and sa_url.database != ":memory:":
+        Path(sa_url.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(sa_url, connect_args={"timeout": 60}, future=True)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not pysqlite, decide where transactions begin, so that
+        # writers can take the lock up front with BEGIN IMMEDIATE (a deferred
+        # transaction that later upgrades to a write lock fails with "database is
+        # locked" without waiting for the busy handler).
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA busy_timeout=60000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.info.get("write") else "BEGIN")
+
+    return engine
+
+
+def _is_lock_error(exc: OperationalError) -> bool:
+    text = str(exc.orig).lower() if exc.orig is not None else str(exc).lower()
+    return "locked" in text or "busy" in text or "deadlock" in text
+
+
+class SqlMetadataStore(BaseMetadataStore):
+    """:class:`BaseMetadataStore` on any SQLAlchemy database (tested: SQLite, PostgreSQL).
+
+    Example:
+        >>> store = SqlMetadataStore("sqlite://")   # in memory
+        >>> store.list_runs()
+        []
+    """
+
+    def __init__(self, url: str, *, migrate: bool = True) -> None:
+        self.url = url
+        self.engine = _make_engine(url)
+        self.dialect = self.engine.dialect.name
+        try:
+            current = self._current_revision()
+        except OperationalError as exc:
+            raise ConfigError(f"cannot open the metadata store at {url!r}: {exc.orig}") from exc
+        if current != s.HEAD_REVISION:
+            if not migrate:
+                raise SchemaVersionError(f"database at {url!r} is at revision {current}.")
+            upgrade_database(self.engine)
+
+    # -- plumbing --------------------------------------------------------------------
+    def _current_revision(self) -> str | None:
+        with self.engine.connect() as conn:
+            if not sa.inspect(conn).has_table("alembic_version"):
+                return None
+            rev = conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+            return None if rev is None else str(rev)
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            conn.info["write"] = True
+            try:
+                with conn.begin():
+                    yield conn
+            finally:
+                conn.info.pop("write", None)
+
+    def _retry(self, fn: Callable[[], T]) -> T:
+        delay = 0.01
+        for attempt in range(_RETRIES):
+            try:
+                return fn()
+            except OperationalError as exc:
+                if not _is_lock_error(exc) or attempt == _RETRIES - 1:
+                    raise
+                time.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 0.5)
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- ingestion -------------------------------------------------------------------
+    def journal_offset(self, run_id: str) -> int:
+        with self.engine.connect() as conn:
+            q = sa.select(s.runs.c.journal_offset).where(s.runs.c.id == run_id)
+            return int(conn.execute(q).scalar() or 0)
+
+    def ingest(self, run_id: str, start_offset: int, batch: JournalBatch) -> bool:
+        return self._retry(lambda: self._ingest_once(run_id, start_offset, batch))
+
+    def _ingest_once(self, run_id: str, start_offset: int, batch: JournalBatch) -> bool:
+        with self._write() as conn:
+            row = conn.execute(
+                sa.select(s.runs.c.journal_offset).where(s.runs.c.id == run_id)
+            ).first()
+            stored = 0 if row is None else int(row[0])
+            if stored != start_offset:
+                return False
+            for env in batch.environments:
+                self._insert_ignore(conn, s.environments, [{
+                    "hash": env["hash"], "fingerprint": json.dumps(env["fingerprint"]),
+                    "created_at": time.time()}], ["hash"])
+            if batch.header is not None and row is None:
+                conn.execute(s.runs.insert().values(**_run_row(batch.header)))
+            elif row is None:
+                raise StoreError(f"journal of run {run_id} has no header; it cannot be ingested.")
+            self._apply_body(conn, run_id, batch)
+            conn.execute(s.runs.update().where(s.runs.c.id == run_id)
+                         .values(journal_offset=batch.end_offset))
+            return True
+
+    def _apply_body(self, conn: Connection, run_id: str, batch: JournalBatch) -> None:
+        if batch.params:
+            self._upsert(conn, s.params, [
+                {"run_id": run_id, "key": k, "value": json.dumps(v)}
+                for k, v in batch.params.items()], ["run_id", "key"])
+        if batch.tags:
+            self._upsert(conn, s.tags, [
+                {"run_id": run_id, "key": k, "value": str(v)} for k, v in batch.tags.items()],
+                ["run_id", "key"])
+        for art in batch.artifacts:
+            self._insert_ignore(conn, s.artifacts, [_artifact_row(art)], ["hash"])
+            self._upsert(conn, s.run_artifacts, [
+                {"run_id": run_id, "name": art["name"], "artifact_hash": art["hash"]}],
+                ["run_id", "name"])
+        if batch.metrics:
+            conn.execute(s.metrics.insert(), [
+                {"run_id": run_id, "key": k, "step": st,
+                 "value": None if v != v else v, "timestamp": ts}
+                for k, st, v, ts in batch.metrics])
+        if batch.end is not None:
+            end = batch.end
+            conn.execute(
+                s.runs.update()
+                .where(s.runs.c.id == run_id, s.runs.c.status == RunStatus.RUNNING.value)
+                .values(status=end["status"], ended_at=end["ended_at"], error=end.get("error"),
+                        energy_joules=end.get("energy_joules"),
+                        energy_source=end.get("energy_source")))
+
+    def _upsert(self, conn: Connection, table: sa.Table, rows: list[dict[str, Any]],
+                keys: list[str]) -> None:
+        stmt = self._dialect_insert(table)
+        update = {c: getattr(stmt.excluded, c) for c in rows[0] if c not in keys}
+        conn.execute(stmt.on_conflict_do_update(index_elements=keys, set_=update), rows)
+
+    def _insert_ignore(self, conn: Connection, table: sa.Table, rows: list[dict[str, Any]],
+                       keys: list[str]) -> None:
+        conn.execute(self._dialect_insert(table).on_conflict_do_nothing(index_elements=keys),
+                     rows)
+
+    def _dialect_insert(self, table: sa.Table) -> Any:
+        if self.dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert
+        elif self.dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:  # pragma: no cover - only the two tested backends are supported
+            raise StoreError(f"unsupported database dialect {self.dialect!r}")
+        return insert(table)
+
+    # -- runs ------------------------------------------------------------------------
+    def get_run(self, run_id: str) -> RunRecord:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(s.runs).where(s.runs.c.id.like(f"{_escape_like(run_id)}%",
+                                                         escape="\\")).limit(2)
+            ).mappings().all()
+            if not rows:
+                raise RunNotFoundError(
+                    f"no run with id {run_id!r}; `reprise runs list` shows the runs."
+                )
+            exact = [r for r in rows if r["id"] == run_id]
+            if len(rows) > 1 and not exact:
+                raise AmbiguousIdError(
+                    f"run id {run_id!r} matches several runs; give more characters."
+                )
+            record = _record(exact[0] if exact else rows[0])
+            self._attach_params_tags(conn, [record])
+            return record
+
+    def list_runs(self, flt: RunFilter | None = None) -> list[RunRecord]:
+        f = flt or RunFilter()
+        q = sa.select(s.runs)
+        if f.name is not None:
+            q = q.where(s.runs.c.name == f.name)
+        if f.status is not None:
+            q = q.where(s.runs.c.status == RunStatus(f.status).value)
+        if f.parent_id is not None:
+            q = q.where(s.runs.c.parent_id == f.parent_id)
+        if f.top_level:
+            q = q.where(s.runs.c.parent_id.is_(None))
+        for key, value in f.tags.items():
+            q = q.where(sa.exists().where(s.tags.c.run_id == s.runs.c.id, s.tags.c.key == key,
+                                          s.tags.c.value == value))
+        if f.order_by_metric:
+            q = self._order_by_metric(q, f.order_by_metric, f.ascending)
+        else:
+            q = q.order_by(s.runs.c.id.asc() if f.ascending else s.runs.c.id.desc())
+        if f.limit:
+            q = q.limit(f.limit)
+        with self.engine.connect() as conn:
+            records = [_record(r) for r in conn.execute(q).mappings()]
+            self._attach_params_tags(conn, records)
+        return records
+
+    def _order_by_metric(self, q: Any, key: str, ascending: bool) -> Any:
+        m, last = s.metrics.alias("m_value"), s.metrics.alias("m_last")
+        last_step = (sa.select(sa.func.max(last.c.step))
+                     .where(last.c.run_id == s.runs.c.id, last.c.key == key)
+                     .correlate(s.runs).scalar_subquery())
+        value = (sa.select(m.c.value)
+                 .where(m.c.run_id == s.runs.c.id, m.c.key == key, m.c.step == last_step)
+                 .order_by(m.c.id.desc()).limit(1).correlate(s.runs).scalar_subquery())
+        order = value.asc() if ascending else value.desc()
+        return q.where(value.is_not(None)).order_by(order, s.runs.c.id.desc())
+
+    def _attach_params_tags(self, conn: Connection, records: list[RunRecord]) -> None:
+        if not records:
+            return
+        by_id = {r.id: r for r in records}
+        for chunk in _chunks(list(by_id), 500):
+            for row in conn.execute(sa.select(s.params).where(s.params.c.run_id.in_(chunk))):
+                by_id[row.run_id].params[row.key] = json.loads(row.value)
+            for row in conn.execute(sa.select(s.tags).where(s.tags.c.run_id.in_(chunk))):
+                by_id[row.run_id].tags[row.key] = row.value
+
+    def running_run_ids(self) -> list[str]:
+        with self.engine.connect() as conn:
+            q = sa.select(s.runs.c.id).where(s.runs.c.status == RunStatus.RUNNING.value)
+            return [r[0] for r in conn.execute(q)]
+
+    def mark_run_ended(self, run_id: str, status: RunStatus, ended_at: float,
+                       error: str | None = None) -> None:
+        def go() -> None:
+            with self._write() as conn:
+                conn.execute(
+                    s.runs.update()
+                    .where(s.runs.c.id == run_id, s.runs.c.status == RunStatus.RUNNING.value)
+                    .values(status=RunStatus(status).value, ended_at=ended_at, error=error))
+        self._retry(go)
+
+    # -- metrics ---------------------------------------------------------------------
+    def get_metrics(self, run_id: str, key: str | None = None) -> list[MetricPoint]:
+        m = s.metrics
+        q = sa.select(m.c.key, m.c.step, m.c.value, m.c.timestamp).where(m.c.run_id == run_id)
+        if key is not None:
+            q = q.where(m.c.key == key)
+        q = q.order_by(m.c.key, m.c.step, m.c.id)
+        with self.engine.connect() as conn:
+            return [MetricPoint(k, int(st), math.nan if v is None else float(v), float(ts))
+                    for k, st, v, ts in conn.execute(q)]
+
+    def latest_metrics(self, run_ids: Sequence[str]) -> dict[str, dict[str, MetricPoint]]:
+        out: dict[str, dict[str, MetricPoint]] = {rid: {} for rid in run_ids}
+        m = s.metrics
+        with self.engine.connect() as conn:
+            for chunk in _chunks(list(run_ids), 500):
+                q = (sa.select(m.c.run_id, m.c.key, m.c.step, m.c.value, m.c.timestamp)
+                     .where(m.c.run_id.in_(chunk)).order_by(m.c.run_id, m.c.key, m.c.step,
+                                                            m.c.id))
+                for rid, k, st, v, ts in conn.execute(q):
+                    out[rid][k] = MetricPoint(k, int(st), math.nan if v is None else float(v),
+                                              float(ts))
+        return out
+
+    # -- environments and artifacts --------------------------------------------------
+    def get_environment(self, env_hash: str) -> dict[str, Any]:
+        with self.engine.connect() as conn:
+            q = sa.select(s.environments.c.fingerprint).where(s.environments.c.hash == env_hash)
+            text = conn.execute(q).scalar()
+        if text is None:
+            raise EnvironmentNotFoundError(f"no environment with hash {env_hash[:12]}...")
+        result: dict[str, Any] = json.loads(text)
+        return result
+
+    def put_artifact(self, record: ArtifactRecord) -> None:
+        row = _artifact_row({"hash": record.hash, "size": record.size, "kind": record.kind,
+                             "materializer": record.materializer, "meta": record.meta,
+                             "created": record.created})
+
+        def go() -> None:
+            with self._write() as conn:
+                self._insert_ignore(conn, s.artifacts, [row], ["hash"])
+        self._retry(go)
+
+    def get_artifact(self, artifact_hash: str) -> ArtifactRecord:
+        with self.engine.connect() as conn:
+            q = sa.select(s.artifacts).where(s.artifacts.c.hash == artifact_hash)
+            row = conn.execute(q).mappings().first()
+        if row is None:
+            raise ArtifactNotFoundError(f"no artifact recorded with hash {artifact_hash!r}.")
+        return _artifact_record(row)
+
+    def list_artifacts(self) -> list[ArtifactRecord]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(s.artifacts).order_by(s.artifacts.c.hash)).mappings()
+            return [_artifact_record(r) for r in rows]
+
+    def delete_artifacts(self, hashes: Sequence[str]) -> None:
+        def go() -> None:
+            with self._write() as conn:
+                for chunk in _chunks(list(hashes), 500):
+                    conn.execute(s.artifacts.delete().where(s.artifacts.c.hash.in_(chunk)))
+        self._retry(go)
+
+    def run_artifacts(self, run_id: str) -> dict[str, ArtifactRecord]:
+        ra, a = s.run_artifacts, s.artifacts
+        q = (sa.select(ra.c.name, a).join(a, a.c.hash == ra.c.artifact_hash)
+             .where(ra.c.run_id == run_id).order_by(ra.c.name))
+        with self.engine.connect() as conn:
+            return {r["name"]: _artifact_record(r) for r in conn.execute(q).mappings()}
+
+    def referenced_artifact_hashes(self) -> set[str]:
+        refs = [s.run_artifacts.c.artifact_hash, s.step_inputs.c.artifact_hash,
+                s.step_outputs.c.artifact_hash, s.datasets.c.artifact_hash,
+                s.model_versions.c.package_hash]
+        out: set[str] = set()
+        with self.engine.connect() as conn:
+            for col in refs:
+                out.update(r[0] for r in conn.execute(sa.select(col).distinct()))
+        return out
+
+
+def upgrade_database(engine: Engine, revision: str = "head") -> None:
+    """Run the Alembic migrations up to ``revision``, serialised across processes."""
+    from alembic import command
+    from alembic.config import Config as AlembicConfig
+
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    with _migration_lock(engine), engine.connect() as conn:
+        cfg.attributes["connection"] = conn
+        try:
+            command.upgrade(cfg, revision)
+        except Exception as exc:  # alembic raises CommandError for unknown revisions
+            if "Can't locate revision" in str(exc):
+                raise SchemaVersionError(
+                    f"the database was written by a newer Reprise ({exc}); upgrade Reprise."
+                ) from exc
+            raise
+        conn.commit()
+
+
+@contextlib.contextmanager
+def _migration_lock(engine: Engine) -> Iterator[None]:
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT pg_advisory_lock(727372)")
+            try:
+                yield
+            finally:
+                conn.exec_driver_sql("SELECT pg_advisory_unlock(727372)")
+                conn.commit()
+        return
+    database = engine.url.database
+    if not database or database == ":memory:":
+        yield
+        return
+    fd = os.open(f"{database}.migrate.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def _run_row(h: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": h["id"], "parent_id": h.get("parent_id"), "kind": h.get("kind", "run"),
+        "name": h["name"], "status": RunStatus.RUNNING.value, "started_at": h["started_at"],
+        "seed": h.get("seed"), "env_hash": h.get("env_hash"), "code_hash": h.get("code_hash"),
+        "git_commit": h.get("git_commit"), "git_dirty": h.get("git_dirty"),
+        "host": h.get("host"), "user": h.get("user"), "pid": h.get("pid"),
+        "journal_offset": 0,
+    }
+
+
+def _record(r: Any) -> RunRecord:
+    return RunRecord(
+        id=r["id"], name=r["name"], kind=RunKind(r["kind"]), status=RunStatus(r["status"]),
+        started_at=r["started_at"], ended_at=r["ended_at"], parent_id=r["parent_id"],
+        seed=r["seed"], env_hash=r["env_hash"], code_hash=r["code_hash"],
+        git_commit=r["git_commit"], git_dirty=r["git_dirty"], host=r["host"], user=r["user"],
+        pid=r["pid"], error=r["error"], energy_joules=r["energy_joules"],
+        energy_source=r["energy_source"],
+    )
+
+
+def _artifact_row(a: dict[str, Any]) -> dict[str, Any]:
+    return {"hash": a["hash"], "size": a["size"], "kind": a["kind"],
+            "materializer": a["materializer"], "meta": json.dumps(a.get("meta") or {}),
+            "created_at": a.get("created") or time.time()}
+
+
+def _artifact_record(r: Any) -> ArtifactRecord:
+    return ArtifactRecord(hash=r["hash"], size=int(r["size"]), kind=r["kind"],
+                          materializer=r["materializer"], meta=json.loads(r["meta"] or "{}"),
+                          created=float(r["created_at"]))

@@ -1,0 +1,224 @@
+"""A workspace: configuration plus the two stores, opened lazily.
+
+Opening the metadata store costs the SQLAlchemy import (~0.3 s), so nothing
+here touches it until a caller asks for ``metadata``. The first access also
+recovers journals left by dead processes (see ``_journal``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from reprise.core._config import Config, load_config
+from reprise.core._types import RunStatus
+from reprise.store._journal import SUFFIX, read_journal, try_lock
+
+if TYPE_CHECKING:
+    from reprise.store._artifacts import BaseArtifactStore
+    from reprise.store._metadata_base import BaseMetadataStore
+
+__all__ = ["FsckReport", "GcReport", "Workspace"]
+
+_logger = logging.getLogger(__name__)
+
+
+@dataclass
+class FsckReport:
+    checked: int = 0
+    missing: list[str] = field(default_factory=list)
+    """Recorded in the database, absent from the artifact store."""
+    corrupted: list[str] = field(default_factory=list)
+    """Present, but the bytes do not hash to the name (or the size differs)."""
+    unrecorded: list[str] = field(default_factory=list)
+    """In the artifact store but not in the database (gc candidates)."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing and not self.corrupted
+
+
+@dataclass
+class GcReport:
+    removed: list[str] = field(default_factory=list)
+    bytes_freed: int = 0
+    kept_recent: int = 0
+    temp_files_removed: int = 0
+    dry_run: bool = False
+
+
+class Workspace:
+    """One workspace's configuration, metadata store and artifact store.
+
+    Example:
+        >>> import tempfile
+        >>> from reprise.core import create_workspace
+        >>> ws = Workspace.open(create_workspace(tempfile.mkdtemp()))
+        >>> ws.metadata.list_runs()
+        []
+    """
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._metadata: BaseMetadataStore | None = None
+        self._artifacts: BaseArtifactStore | None = None
+
+    @classmethod
+    def open(cls, root: str | os.PathLike[str] | None = None) -> Workspace:
+        return cls(load_config(root))
+
+    @property
+    def root(self) -> Path:
+        return self.config.root
+
+    @property
+    def journals_dir(self) -> Path:
+        return self.config.journals_dir
+
+    @property
+    def artifacts(self) -> BaseArtifactStore:
+        if self._artifacts is None:
+            from reprise.store._artifacts import open_artifact_store
+
+            self._artifacts = open_artifact_store(self.config.artifacts_url)
+        return self._artifacts
+
+    @property
+    def metadata(self) -> BaseMetadataStore:
+        if self._metadata is None:
+            from reprise.store._sql import SqlMetadataStore
+
+            self._metadata = SqlMetadataStore(self.config.store_url)
+            self.recover()
+        return self._metadata
+
+    def close(self) -> None:
+        if self._metadata is not None:
+            self._metadata.close()
+            self._metadata = None
+
+    # -- journals --------------------------------------------------------------------
+    def journal_path(self, run_id: str) -> Path:
+        return self.journals_dir / f"{run_id}{SUFFIX}"
+
+    def ingest_journal(self, path: Path, *, start: int | None = None) -> int:
+        """Ingest the complete lines of a journal into the database; return the new offset."""
+        store = self.metadata
+        run_id = path.name[: -len(SUFFIX)]
+        offset = store.journal_offset(run_id) if start is None else start
+        while True:
+            batch = read_journal(path, offset)
+            if batch.empty and batch.end_offset == offset:
+                return offset
+            if not store.ingest(run_id, offset, batch):
+                offset = store.journal_offset(run_id)  # someone else ingested; catch up
+                continue
+            offset = batch.end_offset
+
+    def recover(self) -> list[str]:
+        """Ingest journals whose writer has died; mark their runs killed. Return run ids."""
+        recovered: list[str] = []
+        if not self.journals_dir.is_dir():
+            return recovered
+        for path in sorted(self.journals_dir.glob(f"*{SUFFIX}")):
+            with try_lock(path) as fd:
+                if fd is None:  # a live process holds it, or it is already archived
+                    continue
+                if self._recover_one(path, fd):
+                    recovered.append(path.name[: -len(SUFFIX)])
+        return recovered
+
+    def _recover_one(self, path: Path, fd: int) -> bool:
+        self.ingest_journal(path)
+        if read_journal(path, 0).header is None:  # an empty journal from a kill at start
+            self._archive(path)
+            return False
+        run_id = path.name[: -len(SUFFIX)]
+        killed = self._has_no_end(path)
+        if killed:
+            now = time.time()
+            line = ('S\t{"status":"%s","ended_at":%r,"error":"the process ended without '
+                    'closing the run (killed or crashed)"}\n' % (RunStatus.KILLED.value, now))
+            os.write(fd, line.encode())
+            self.ingest_journal(path)
+            _logger.warning("run %s was killed; recovered its journal", run_id)
+        self._archive(path)
+        return killed
+
+    def _has_no_end(self, path: Path) -> bool:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 65536))
+            tail = f.read()
+        return b"\nS\t" not in tail and not tail.startswith(b"S\t")
+
+    def _archive(self, path: Path) -> None:
+        done = self.journals_dir / "done"
+        done.mkdir(exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(path, done / path.name)
+
+    def archive_journal(self, path: Path) -> None:
+        """Move a fully ingested journal out of the active folder."""
+        self._archive(path)
+
+    # -- maintenance -----------------------------------------------------------------
+    def fsck(self, *, verify_hashes: bool = True) -> FsckReport:
+        """Check that every recorded blob exists and (optionally) hashes to its name."""
+        report = FsckReport()
+        arts = self.artifacts
+        recorded = {a.hash: a for a in self.metadata.list_artifacts()}
+        for h, rec in recorded.items():
+            report.checked += 1
+            if not arts.exists(h):
+                report.missing.append(h)
+            elif arts.size(h) != rec.size or (verify_hashes and not arts.verify(h)):
+                report.corrupted.append(h)
+        for h in arts.iter_hashes():
+            if h not in recorded:
+                report.unrecorded.append(h)
+                if verify_hashes and not arts.verify(h):
+                    report.corrupted.append(h)
+        return report
+
+    def gc(self, *, dry_run: bool = False, grace_seconds: float = 3600.0) -> GcReport:
+        """Remove blobs nothing references; blobs younger than the grace period stay.
+
+        The grace period protects blobs written by runs still in progress, whose
+        journals have not been ingested yet.
+        """
+        report = GcReport(dry_run=dry_run)
+        store, arts = self.metadata, self.artifacts
+        referenced = store.referenced_artifact_hashes() | self._pending_journal_hashes()
+        recorded = {a.hash for a in store.list_artifacts()}
+        now = time.time()
+        doomed: list[str] = []
+        for h in set(arts.iter_hashes()) | recorded:
+            if h in referenced:
+                continue
+            if arts.exists(h) and now - arts.mtime(h) < grace_seconds:
+                report.kept_recent += 1
+                continue
+            doomed.append(h)
+        for h in sorted(doomed):
+            report.removed.append(h)
+            if arts.exists(h):
+                report.bytes_freed += arts.size(h)
+            if not dry_run:
+                arts.delete(h)
+        if not dry_run:
+            store.delete_artifacts(sorted(doomed))
+            report.temp_files_removed = arts.sweep_temp(grace_seconds)
+        return report
+
+    def _pending_journal_hashes(self) -> set[str]:
+        out: set[str] = set()
+        if self.journals_dir.is_dir():
+            for path in self.journals_dir.glob(f"*{SUFFIX}"):
+                with contextlib.suppress(FileNotFoundError):
+                    out.update(a["hash"] for a in read_journal(path, 0).artifacts)
+        return out

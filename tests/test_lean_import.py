@@ -1,0 +1,36 @@
+"""`import reprise` and the CLI's start-up stay cheap."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ["torch", "sklearn", "fastapi", "uvicorn", "starlette", "sqlalchemy", "alembic",
+         "pandas", "pyarrow", "fsspec", "mlflow", "psutil"]
+
+
+def _loaded(code: str) -> set[str]:
+    probe = f"{code}\nimport sys, json; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    return {m.split(".")[0] for m in json.loads(out.strip().splitlines()[-1])}
+
+
+def test_import_reprise_loads_nothing_heavy() -> None:
+    assert not _loaded("import reprise") & set(HEAVY)
+
+
+def test_cli_module_loads_nothing_heavy() -> None:
+    assert not _loaded("import reprise.cli._app") & set(HEAVY)
+
+
+def test_public_api_is_pinned() -> None:
+    import reprise
+
+    assert sorted(reprise.__all__) == sorted([
+        "__version__", "Materializer", "Run", "RunStatus", "Workspace", "active_run", "errors",
+        "init", "log_artifact", "log_metric", "log_metrics", "log_param", "log_params",
+        "open_workspace", "register_materializer", "set_tag", "start_run"])
+    for name in reprise.__all__:
+        assert getattr(reprise, name) is not None
