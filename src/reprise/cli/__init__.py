@@ -25,13 +25,17 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except SystemExit:
         raise
-    except Exception as exc:  # click's own usage errors
-        import click
+    except Exception as exc:  # click's own usage errors (typer vendors click)
+        try:
+            import typer._click as click  # type: ignore[import-not-found]
+        except ImportError:
+            import click
 
         if isinstance(exc, click.exceptions.ClickException):
             exc.show()
             sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Abort):
+        abort = getattr(click.exceptions, "Abort", None)
+        if abort is not None and isinstance(exc, abort):
             print("aborted", file=sys.stderr)
             sys.exit(1)
         raise

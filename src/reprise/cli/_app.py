@@ -179,3 +179,114 @@ def gc(
         typer.echo(f"{verb} {len(report.removed)} blob(s), {render.human_bytes(report.bytes_freed)}"
                    f"; kept {report.kept_recent} recent unreferenced blob(s).")
 
+
+
+@runs_app.command("checkout")
+def runs_checkout(run: Annotated[str, typer.Argument(help="Run id (unique prefix is enough).")],
+                  dest: Annotated[Path, typer.Argument(help="Folder to write the code into.")],
+                  ) -> None:
+    """Write out the code snapshot of a pipeline run."""
+    from reprise.core.errors import UserError
+    from reprise.store import load_object
+
+    ws = _ws()
+    rec = ws.metadata.get_run(run)
+    art = ws.metadata.run_artifacts(rec.id).get("code")
+    if art is None:
+        raise UserError(f"run {rec.id} has no code snapshot (only pipeline runs have one).")
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise UserError(f"{str(dest)!r} exists and is not an empty folder; choose a new one.")
+    load_object(ws.artifacts, art.hash, art.materializer, art.meta, dest=dest)
+    files = art.meta.get("files", [])
+    typer.echo(f"Wrote {len(files)} file(s) of run {rec.id} to {dest}")
+
+
+@app.command(context_settings={"allow_interspersed_args": True})
+def run(
+    target: Annotated[str, typer.Argument(help="FILE.py:PIPELINE or package.module:PIPELINE.")],
+    param: Annotated[list[str] | None, typer.Option(
+        "-p", "--param", help="Pipeline parameter KEY=VALUE; repeatable.")] = None,
+    seed: Annotated[int, typer.Option(help="Run seed (split into per-step seeds).")] = 0,
+    workers: Annotated[int | None, typer.Option(
+        help="Parallel worker processes (default: CPU count; 1 runs in-process).")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Execute every step.")] = False,
+    force: Annotated[list[str] | None, typer.Option(
+        help="Re-run this step and everything downstream; repeatable.")] = None,
+    steps: Annotated[list[str] | None, typer.Option(
+        "--step", help="Run only this step and what it needs; repeatable.")] = None,
+    progress: Annotated[str, typer.Option(help="auto, live, lines or none.")] = "auto",
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a pipeline: unchanged steps are reused from the cache."""
+    from reprise.core.errors import UserError
+    from reprise.pipeline._load import load_pipeline
+    from reprise.pipeline._progress import make_progress
+    from reprise.pipeline._runner import StepFailedError, run_pipeline
+
+    if progress not in ("auto", "live", "lines", "none"):
+        raise UserError(f"--progress must be auto, live, lines or none, not {progress!r}.")
+    ws = _ws()
+    pipe = load_pipeline(target)
+    params = render.parse_pairs(param or [], "-p")
+    try:
+        result = run_pipeline(pipe, params, seed=seed, workers=workers, cache=not no_cache,
+                              force=force or (), workspace=ws, steps=steps or None,
+                              progress=make_progress("none" if as_json else progress))
+    except StepFailedError as exc:
+        typer.echo(exc.error, err=True)
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if as_json:
+        render.print_json({"run_id": result.run_id, "status": result.status,
+                           "executed": result.executed, "reused": result.reused,
+                           "duration": result.duration, "time_saved": result.time_saved,
+                           "outputs": result.output_hashes()})
+
+
+@app.command()
+def verify(
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="Pipeline run to re-execute.")],
+    steps: Annotated[list[str] | None, typer.Option(
+        "--steps", help="Only this step (and what it needs); repeatable.")] = None,
+    tolerance: Annotated[float | None, typer.Option(
+        help="Numeric outputs within this absolute bound count as equal (never identical).")
+    ] = None,
+    workers: Annotated[int | None, typer.Option(help="Parallel worker processes.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Re-execute a run with the cache off and prove its outputs identical. Exit 1 if not."""
+    import sys
+
+    from reprise.pipeline._verify import verify_run
+
+    report = verify_run(_ws(), run_id, steps=steps, tolerance=tolerance, workers=workers,
+                        stream=None if as_json else sys.stderr)
+    if as_json:
+        render.print_json(report.to_dict())
+    else:
+        render.verify_report(report)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@app.command()
+def lineage(
+    ref: Annotated[str, typer.Argument(metavar="RUN|HASH", help="Run id or artifact hash.")],
+    fmt: Annotated[str, typer.Option("--format", help="tree, mermaid or dot.")] = "tree",
+    as_json: JsonOpt = False,
+) -> None:
+    """Show where outputs came from: steps, inputs, down to the raw files."""
+    from reprise.core.errors import UserError
+    from reprise.pipeline._lineage import lineage as build, to_dot, to_mermaid
+
+    if fmt not in ("tree", "mermaid", "dot"):
+        raise UserError(f"--format must be tree, mermaid or dot, not {fmt!r}.")
+    tree = build(_ws(), ref)
+    if as_json:
+        render.print_json(tree)
+    elif fmt == "mermaid":
+        typer.echo(to_mermaid(tree), nl=False)
+    elif fmt == "dot":
+        typer.echo(to_dot(tree), nl=False)
+    else:
+        render.lineage_tree(tree)

@@ -221,3 +221,64 @@ def fsck_report(report: Any) -> None:
         con.print(f"{len(report.unrecorded)} blob(s) not recorded in the database "
                   "(`reprise gc` removes them)")
     con.print("[green]ok[/]" if report.ok else "[red]problems found[/]")
+
+
+_VERDICT_STYLE = {"identical": "green", "within_tolerance": "yellow", "differs": "bold red",
+                  "failed": "bold red", "missing": "red"}
+
+
+def verify_report(report: Any) -> None:
+    from rich.table import Table
+
+    con = _console()
+    table = Table(title=f"verify {report.run_id}  (re-executed as {report.verify_run_id})",
+                  title_justify="left", box=None)
+    for col in ("step", "result", "outputs", "metric deltas"):
+        table.add_column(col)
+    for v in report.steps:
+        label = "equal within tolerance" if v.status == "within_tolerance" else v.status
+        outs = ", ".join(f"{o['name']}: {'same' if o['same'] else 'DIFFERS'}" for o in v.outputs)
+        deltas = "; ".join(
+            f"{d['key']}: {_fmt(d['recorded'])} -> {_fmt(d['now'])} (Δ {_fmt(d['delta'])})"
+            if not d.get("max_abs_diff") else f"{d['key']}: max |Δ| {_fmt(d['delta'])}"
+            for d in v.metric_deltas)
+        if v.error and v.status in ("failed", "missing"):
+            deltas = v.error.strip().splitlines()[-1] if v.error.strip() else v.error
+        table.add_row(v.step, f"[{_VERDICT_STYLE.get(v.status, '')}]{label}[/]", outs, deltas)
+    con.print(table)
+    env_changes(report.env_changes)
+    if report.ok:
+        con.print("[green]verified:[/] every output is "
+                  + ("identical." if all(v.status == "identical" for v in report.steps)
+                     else f"identical or equal within tolerance {report.tolerance}."))
+    else:
+        bad = [v.step for v in report.steps if v.status not in ("identical", "within_tolerance")]
+        con.print(f"[bold red]not reproduced:[/] step(s) {', '.join(bad)} differ.")
+
+
+def lineage_tree(tree: dict[str, Any]) -> None:
+    from rich.tree import Tree
+
+    title = (f"run {tree['root']}  ({tree.get('pipeline') or ''})" if tree["kind"] == "run"
+             else f"artifact {tree['root']}")
+    root = Tree(title)
+
+    def add(parent: Any, node: dict[str, Any]) -> None:
+        if node.get("kind") == "input":
+            parent.add(f"[cyan]file[/] {node['source']}  {node['hash'][:16]}")
+            return
+        label = f"{node.get('name') or 'artifact'}  {node['hash'][:16]}"
+        prod = node.get("produced_by")
+        if not prod:
+            parent.add(label + "  (no recorded producer)")
+            return
+        status = "reused" if prod["status"] == "cached" else prod["status"]
+        branch = parent.add(f"{label}  <- step [bold]{prod['step']}[/] ({status}, run "
+                            f"{prod['run'][:10]})" + ("  [dim](see above)[/]"
+                                                      if node.get("repeated") else ""))
+        for i in prod.get("inputs", ()):
+            add(branch, i)
+
+    for n in tree["nodes"]:
+        add(root, n)
+    _console().print(root)

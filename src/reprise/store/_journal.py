@@ -21,6 +21,7 @@ cut short by a kill and is ignored)::
     P<TAB>{json}   T<TAB>{json}                     params / tags
     E<TAB>{json}                                    environment {"hash", "fingerprint"}
     A<TAB>{json}                                    artifact logged {"name", record...}
+    X<TAB>{json}                                    pipeline step run (lineage edges)
     S<TAB>{json}                                    end {"status", "ended_at", "error", ...}
 """
 
@@ -109,13 +110,14 @@ class JournalBatch:
     environments: list[dict[str, Any]] = field(default_factory=list)
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     metrics: list[tuple[str, int, float, float]] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
     end: dict[str, Any] | None = None
     end_offset: int = 0
 
     @property
     def empty(self) -> bool:
         return not (self.header or self.params or self.tags or self.environments
-                    or self.artifacts or self.metrics or self.end)
+                    or self.artifacts or self.metrics or self.steps or self.end)
 
 
 def read_journal(path: Path, offset: int = 0, *, max_bytes: int = 64 << 20) -> JournalBatch:
@@ -151,6 +153,8 @@ def _parse_line(line: str, batch: JournalBatch) -> None:
         batch.environments.append(payload)
     elif tag == "A":
         batch.artifacts.append(payload)
+    elif tag == "X":
+        batch.steps.append(payload)
     elif tag == "S":
         batch.end = payload
 

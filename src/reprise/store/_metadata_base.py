@@ -124,5 +124,15 @@ class BaseMetadataStore(abc.ABC):
     def referenced_artifact_hashes(self) -> set[str]:
         """Hashes something refers to (runs, steps, datasets, model versions)."""
 
+    @abc.abstractmethod
+    def get_step_runs(self, run_id: str) -> list[dict[str, Any]]:
+        """The step runs of a pipeline run, in order, each with ``inputs`` and
+        ``outputs`` lists of ``{"name", "hash", "source"}``."""
+
+    @abc.abstractmethod
+    def producers_of(self, artifact_hash: str) -> list[dict[str, Any]]:
+        """Step runs that output ``artifact_hash`` (executed ones first, newest first),
+        each with ``run_id`` and ``inputs``."""
+
     def close(self) -> None:
         """Release connections."""

@@ -128,6 +128,9 @@ step_runs = Table(
     Column("duration", Float),
     Column("energy_joules", Float),
     Column("error", Text),
+    Column("seed", BigInteger),
+    Column("code_hash", HASH),
+    Column("details", Text, nullable=False, default="{}"),
 )
 
 step_inputs = Table(
@@ -136,6 +139,7 @@ step_inputs = Table(
     Column("step_run_id", ID, ForeignKey("step_runs.id", ondelete="CASCADE"), primary_key=True),
     Column("name", String(255), primary_key=True),
     Column("artifact_hash", HASH, ForeignKey("artifacts.hash"), nullable=False, index=True),
+    Column("source", Text),
 )
 
 step_outputs = Table(

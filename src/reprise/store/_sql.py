@@ -167,6 +167,11 @@ class SqlMetadataStore(BaseMetadataStore):
 
     def _ingest_once(self, run_id: str, start_offset: int, batch: JournalBatch) -> bool:
         with self._write() as conn:
+            if self.dialect == "postgresql":
+                # several processes may ingest one journal (its writer, a reader catching
+                # up); serialise them per run so the offset check below is exact
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:k))"),
+                             {"k": f"reprise-ingest:{run_id}"})
             row = conn.execute(
                 sa.select(s.runs.c.journal_offset).where(s.runs.c.id == run_id)
             ).first()
@@ -205,6 +210,8 @@ class SqlMetadataStore(BaseMetadataStore):
                 {"run_id": run_id, "key": k, "step": st,
                  "value": None if v != v else v, "timestamp": ts}
                 for k, st, v, ts in batch.metrics])
+        for step in batch.steps:
+            self._ingest_step(conn, run_id, step)
         if batch.end is not None:
             end = batch.end
             conn.execute(
@@ -213,6 +220,26 @@ class SqlMetadataStore(BaseMetadataStore):
                 .values(status=end["status"], ended_at=end["ended_at"], error=end.get("error"),
                         energy_joules=end.get("energy_joules"),
                         energy_source=end.get("energy_source")))
+
+    def _ingest_step(self, conn: Connection, run_id: str, step: dict[str, Any]) -> None:
+        """One pipeline step run and its lineage edges (inputs and outputs)."""
+        arts = [a for a in (*step.get("inputs", ()), *step.get("outputs", ())) if "size" in a]
+        if arts:
+            self._insert_ignore(conn, s.artifacts, [_artifact_row(a) for a in arts], ["hash"])
+        cols = ("step_name", "cache_key", "status", "reused_from", "started_at", "ended_at",
+                "duration", "energy_joules", "error", "seed", "code_hash")
+        row = {"id": step["id"], "run_id": run_id, **{c: step.get(c) for c in cols},
+               "details": json.dumps(step.get("details") or {})}
+        self._upsert(conn, s.step_runs, [row], ["id"])
+        if step.get("inputs"):
+            self._upsert(conn, s.step_inputs, [
+                {"step_run_id": step["id"], "name": a["name"], "artifact_hash": a["hash"],
+                 "source": a.get("source")} for a in step["inputs"]],
+                ["step_run_id", "name"])
+        if step.get("outputs"):
+            self._upsert(conn, s.step_outputs, [
+                {"step_run_id": step["id"], "name": a["name"], "artifact_hash": a["hash"]}
+                for a in step["outputs"]], ["step_run_id", "name"])
 
     def _upsert(self, conn: Connection, table: sa.Table, rows: list[dict[str, Any]],
                 keys: list[str]) -> None:
@@ -395,6 +422,48 @@ class SqlMetadataStore(BaseMetadataStore):
             for col in refs:
                 out.update(r[0] for r in conn.execute(sa.select(col).distinct()))
         return out
+
+
+    def get_step_runs(self, run_id: str) -> list[dict[str, Any]]:
+        run_id = self.get_run(run_id).id
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(s.step_runs).where(s.step_runs.c.run_id == run_id)
+                                .order_by(s.step_runs.c.started_at, s.step_runs.c.id)).mappings()
+            steps = [_step_dict(r) for r in rows]
+            self._attach_edges(conn, steps)
+        return steps
+
+    def producers_of(self, artifact_hash: str) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            q = (sa.select(s.step_runs).join(s.step_outputs,
+                                             s.step_outputs.c.step_run_id == s.step_runs.c.id)
+                 .where(s.step_outputs.c.artifact_hash == artifact_hash)
+                 .order_by(sa.case((s.step_runs.c.status == "executed", 0), else_=1),
+                           s.step_runs.c.started_at.desc()))
+            steps = [_step_dict(r) for r in conn.execute(q).mappings()]
+            self._attach_edges(conn, steps)
+        return steps
+
+    def _attach_edges(self, conn: Connection, steps: list[dict[str, Any]]) -> None:
+        if not steps:
+            return
+        ids = [st["id"] for st in steps]
+        by_id = {st["id"]: st for st in steps}
+        for st in steps:
+            st["inputs"], st["outputs"] = [], []
+        for table, key in ((s.step_inputs, "inputs"), (s.step_outputs, "outputs")):
+            for r in conn.execute(sa.select(table).where(table.c.step_run_id.in_(ids))
+                                  .order_by(table.c.name)).mappings():
+                edge = {"name": r["name"], "hash": r["artifact_hash"]}
+                if key == "inputs":
+                    edge["source"] = r["source"]
+                by_id[r["step_run_id"]][key].append(edge)
+
+
+def _step_dict(r: Any) -> dict[str, Any]:
+    d = dict(r)
+    d["details"] = json.loads(d.get("details") or "{}")
+    return d
 
 
 def upgrade_database(engine: Engine, revision: str = "head") -> None:

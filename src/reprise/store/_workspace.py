@@ -113,12 +113,23 @@ class Workspace:
         offset = store.journal_offset(run_id) if start is None else start
         while True:
             batch = read_journal(path, offset)
+            parent = (batch.header or {}).get("parent_id")
+            if parent and offset == 0:
+                self._ingest_parent(str(parent))
             if batch.empty and batch.end_offset == offset:
                 return offset
             if not store.ingest(run_id, offset, batch):
                 offset = store.journal_offset(run_id)  # someone else ingested; catch up
                 continue
             offset = batch.end_offset
+
+    def _ingest_parent(self, parent_id: str) -> None:
+        """A child's row references its parent's: make sure the parent is in first."""
+        for candidate in (self.journals_dir / f"{parent_id}{SUFFIX}",
+                          self.journals_dir / "done" / f"{parent_id}{SUFFIX}"):
+            if candidate.exists():
+                self.ingest_journal(candidate)
+                return
 
     def recover(self) -> list[str]:
         """Ingest journals whose writer has died; mark their runs killed. Return run ids."""
@@ -127,7 +138,9 @@ class Workspace:
             return recovered
         for path in sorted(self.journals_dir.glob(f"*{SUFFIX}")):
             with try_lock(path) as fd:
-                if fd is None:  # a live process holds it, or it is already archived
+                if fd is None:  # a live run: catch its rows up so readers see it
+                    with contextlib.suppress(FileNotFoundError):
+                        self.ingest_journal(path)
                     continue
                 if self._recover_one(path, fd):
                     recovered.append(path.name[: -len(SUFFIX)])

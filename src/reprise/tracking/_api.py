@@ -99,6 +99,7 @@ def start_run(
     seed: int | None = None,
     workspace: Workspace | None = None,
     system_metrics_interval: float | None = None,
+    defer_ingest: bool = False,
 ) -> Run:
     """Start a run; use it as a context manager so it ends with the right status.
 
@@ -121,7 +122,8 @@ def start_run(
         parent = _active.top()
     parent_id = parent.id if isinstance(parent, Run) else parent
     run = Run(ws, name=name or "run", kind=RunKind(kind), parent_id=parent_id, seed=seed,
-              env=environment(ws), system_metrics_interval=system_metrics_interval)
+              env=environment(ws), system_metrics_interval=system_metrics_interval,
+              defer_ingest=defer_ingest)
     try:
         if params:
             run.log_params(params)

@@ -60,6 +60,7 @@ class Run:
         env: tuple[str, dict[str, Any]] | None = None,
         system_metrics_interval: float | None = None,
         extra_header: dict[str, Any] | None = None,
+        defer_ingest: bool = False,
     ) -> None:
         self.workspace = workspace
         self.id = new_id()
@@ -74,10 +75,15 @@ class Run:
         self._writer = JournalWriter(workspace.journal_path(self.id))
         self._fd = self._writer._fd  # the hot path writes directly
         self._ingested = 0
+        # defer_ingest: leave the whole journal for the next command that opens the
+        # metadata store (it ingests finished journals first). A fully cached
+        # pipeline run then never imports SQLAlchemy.
+        self._defer_ingest = defer_ingest
         self._start(env, extra_header or {})
         self._flusher = _Flusher(self, workspace.config.flush_interval)
         self._sampler, self._energy = _start_system(self, system_metrics_interval)
-        self._flusher.start()
+        if not defer_ingest:
+            self._flusher.start()
 
     # -- lifecycle -------------------------------------------------------------------
     def _start(self, env: tuple[str, dict[str, Any]] | None, extra: dict[str, Any]) -> None:
@@ -121,6 +127,9 @@ class Run:
         self._writer.event("S", {"status": self.status.value, "ended_at": time.time(),
                                  "error": error, **energy})
         self._flusher.stop()
+        if self._defer_ingest:
+            self._writer.close()
+            return
         ingested = self._flush()
         self._writer.close()
         if ingested:
@@ -238,11 +247,30 @@ class Run:
                 "run.log_artifact(obj, 'predictions.parquet')."
             )
         validate_artifact_name(name)
-        record = save_object(obj, self.workspace.artifacts)
+        record = save_object(self.workspace.artifacts, obj)
         self._writer.event("A", {"name": name, "hash": record.hash, "size": record.size,
                                  "kind": record.kind, "materializer": record.materializer,
                                  "meta": record.meta, "created": record.created})
         return record
+
+    def record_artifact(self, name: str, artifact: dict[str, Any]) -> None:
+        """Record an artifact already in the store (``hash``, ``size``, ``kind``,
+        ``materializer``, ``meta``) under ``name`` in this run."""
+        from reprise.store._artifacts import validate_artifact_name
+
+        self._check_open()
+        validate_artifact_name(name)
+        self._writer.event("A", {"name": name, "created": time.time(), **artifact})
+
+    def record_step(self, record: dict[str, Any]) -> None:
+        """Journal one pipeline step run with its lineage edges.
+
+        ``record`` holds ``id``, ``step_name``, ``status``, ``cache_key`` and lists
+        ``inputs`` / ``outputs`` of ``{"name", "hash", ...}`` (artifact fields when
+        the artifact is new to the database, ``source`` for raw input files).
+        """
+        self._check_open()
+        self._writer.event("X", record)
 
 
 class _Flusher(threading.Thread):
@@ -294,6 +322,8 @@ def _stop_system(sampler: Any, energy: Any) -> dict[str, Any]:
     except Exception as exc:  # an unreadable counter must not fail the run
         _logger.warning("energy meter failed: %s", exc)
         return {}
+    finally:
+        energy.close()
     return {"energy_joules": joules, "energy_source": energy.source}
 
 

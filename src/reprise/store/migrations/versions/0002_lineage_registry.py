@@ -35,8 +35,12 @@ def upgrade() -> None:
         sa.Column("duration", sa.Float),
         sa.Column("energy_joules", sa.Float),
         sa.Column("error", sa.Text),
+        sa.Column("seed", sa.BigInteger),
+        sa.Column("code_hash", HASH),
+        sa.Column("details", sa.Text, nullable=False, server_default="{}"),
     )
     for name in ("step_inputs", "step_outputs"):
+        extra = [sa.Column("source", sa.Text)] if name == "step_inputs" else []
         op.create_table(
             name,
             sa.Column("step_run_id", ID, sa.ForeignKey("step_runs.id", ondelete="CASCADE"),
@@ -44,6 +48,7 @@ def upgrade() -> None:
             sa.Column("name", sa.String(255), primary_key=True),
             sa.Column("artifact_hash", HASH, sa.ForeignKey("artifacts.hash"), nullable=False,
                       index=True),
+            *extra,
         )
     op.create_table(
         "datasets",

@@ -1,0 +1,199 @@
+"""Executing one step: the unit of work an executor runs, in this process or another.
+
+A :class:`Task` is plain data (picklable by ``multiprocessing``): where the step's
+function lives, where its inputs are in the artifact store, the seed. Running it
+loads the inputs, seeds the random generators, calls the function, stores the
+outputs through their materializers and returns a :class:`TaskResult`. Nothing
+but the returned hashes crosses back, so an executor on another machine (Ray)
+only needs the artifact store's URL.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import random
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["StepContext", "Task", "TaskResult", "execute_task", "seed_generators"]
+
+
+@dataclass
+class Task:
+    node: str
+    module: str
+    qualname: str
+    module_file: str | None
+    inputs: dict[str, tuple[str, Any]]  # name -> ("value", v) | ("artifact", {hash, ...}) | ("path", {kind, path})
+    seed: int
+    artifacts_url: str
+    sys_path: list[str] = field(default_factory=list)
+    attempt: int = 1
+
+
+@dataclass
+class TaskResult:
+    node: str
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    metrics: list[tuple[str, float, int | None]] = field(default_factory=list)
+    started_at: float = 0.0
+    ended_at: float = 0.0
+    duration: float = 0.0
+    energy_joules: float | None = None
+    error: str | None = None
+    error_type: str | None = None
+    pid: int = 0
+
+
+class StepContext:
+    """Stands in for the active run while a step executes, so ``reprise.log_metric``
+    inside a step works the same in any process; the metrics travel back in the
+    result and are logged to the pipeline run as ``<step>/<key>``."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+        self.metrics: list[tuple[str, float, int | None]] = []
+        self.id = f"step:{node}"
+
+    def log_metric(self, key: str, value: float, step: int | None = None) -> None:
+        self.metrics.append((key, float(value), step))
+
+    def log_metrics(self, values: dict[str, float], step: int | None = None) -> None:
+        for k, v in values.items():
+            self.log_metric(k, v, step)
+
+    def log_param(self, key: str, value: Any) -> None:
+        raise RuntimeError("steps take parameters as arguments; log_param is for runs")
+
+    log_params = log_param
+
+    def set_tag(self, key: str, value: Any) -> None:
+        raise RuntimeError("set_tag inside a step is not supported; tag the pipeline run")
+
+    def log_artifact(self, obj: Any, name: str | None = None) -> Any:
+        raise RuntimeError("return the object from the step instead: outputs are artifacts")
+
+
+def seed_generators(seed: int) -> None:
+    """Seed Python's ``random``, numpy's global generator and torch (if imported)."""
+    random.seed(seed)
+    if "numpy" in sys.modules or importlib.util.find_spec("numpy") is not None:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
+
+
+def _resolve_function(task: Task) -> Any:
+    from reprise.pipeline._step import _REGISTRY, lookup_step
+
+    for p in reversed(task.sys_path):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    try:
+        return lookup_step(task.module, task.qualname).func
+    except (LookupError, ImportError):
+        pass
+    if task.module_file is None:
+        raise LookupError(f"cannot find step {task.module}.{task.qualname} in this process")
+    # a module loaded from a file path (``reprise run FILE.py:pipeline``, or __main__):
+    # load it under its recorded name so the step registers itself
+    name = task.module if task.module != "__main__" else "__reprise_main__"
+    spec = importlib.util.spec_from_file_location(name, task.module_file)
+    if spec is None or spec.loader is None:
+        raise LookupError(f"cannot load {task.module_file}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    for (m, q), st in list(_REGISTRY.items()):
+        if m == name and q == task.qualname:
+            return st.func
+    raise LookupError(f"step {task.qualname} not found in {task.module_file}")
+
+
+def execute_task(task: Task, store: Any = None) -> TaskResult:
+    """Run ``task`` to completion; exceptions from the step come back as text."""
+    from reprise.store._artifacts import open_artifact_store
+    from reprise.store._materializers import load_object, save_object
+    from reprise.tracking._api import _active
+    from reprise.tracking._energy import EnergyMeter
+
+    result = TaskResult(node=task.node, pid=os.getpid())
+    ctx = StepContext(task.node)
+    meter = EnergyMeter(use_nvml=False).start()
+    result.started_at = time.time()
+    t0 = time.perf_counter()
+    pushed = False
+    try:
+        store = store if store is not None else open_artifact_store(task.artifacts_url)
+        func = _resolve_function(task)
+        kwargs: dict[str, Any] = {}
+        for name, (kind, payload) in task.inputs.items():
+            if kind == "value":
+                kwargs[name] = payload
+            elif kind == "artifact":
+                kwargs[name] = load_object(store, payload["hash"], payload["materializer"],
+                                           payload.get("meta") or {})
+            elif kind == "path":
+                from reprise.pipeline._files import Dir, File
+
+                kwargs[name] = (Dir if payload["kind"] == "dir" else File)(payload["path"])
+            else:  # pragma: no cover - tasks are built by the runner
+                raise ValueError(f"unknown input kind {kind!r}")
+        seed_generators(task.seed)
+        _active.push(ctx)  # type: ignore[arg-type]
+        pushed = True
+        value = func(**kwargs)
+        _active.remove(ctx)  # type: ignore[arg-type]
+        pushed = False
+        from reprise.pipeline._step import lookup_step, split_outputs
+
+        try:
+            st = lookup_step(task.module, task.qualname)
+        except (LookupError, ImportError):
+            st = _step_for(func)
+        for oname, obj in split_outputs(st, value):
+            rec = save_object(store, obj)
+            result.outputs.append({"name": oname, "hash": rec.hash, "size": rec.size,
+                                   "kind": rec.kind, "materializer": rec.materializer,
+                                   "meta": rec.meta})
+    except BaseException as exc:
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not isinstance(exc, SystemExit):
+            raise
+        result.error = "".join(traceback.format_exception(exc))
+        result.error_type = type(exc).__name__
+        result.outputs = []
+    finally:
+        if pushed:
+            _active.remove(ctx)  # type: ignore[arg-type]
+        result.duration = time.perf_counter() - t0
+        result.ended_at = time.time()
+        try:
+            result.energy_joules = meter.read()
+        finally:
+            meter.close()
+    result.metrics = ctx.metrics
+    return result
+
+
+def _step_for(func: Any) -> Any:
+    from reprise.pipeline._step import _REGISTRY
+
+    for st in _REGISTRY.values():
+        if st.func is func:
+            return st
+    raise LookupError(f"no step for {func!r}")
+
+
+def module_file(module: str) -> str | None:
+    mod = sys.modules.get(module)
+    f = getattr(mod, "__file__", None)
+    return str(Path(f).resolve()) if f else None

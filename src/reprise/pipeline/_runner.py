@@ -1,0 +1,456 @@
+"""Running a pipeline: cache keys, the schedule, recording, the result.
+
+For each node, once its upstream nodes are resolved::
+
+    key = H(cache format version, step name, code fingerprint, canonical params,
+            input artifact hashes, environment scope, step seed)
+
+A key found in the cache index (with all its blobs present) reuses the recorded
+outputs; otherwise the executor runs the step. Every step run, executed or
+reused, is journaled with its inputs and outputs: the lineage graph.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reprise.core._hashing import hash_value
+from reprise.core._ids import new_id
+from reprise.core.errors import RepriseError, UserError
+from reprise.pipeline._cache import CACHE_FORMAT_VERSION, StepCache
+from reprise.pipeline._execute import Task, TaskResult, module_file
+from reprise.pipeline._executors import Executor, LocalExecutor
+from reprise.pipeline._files import FileHasher, PathInput
+from reprise.pipeline._pipeline import Graph, Node, Pipeline
+from reprise.pipeline._step import Step, StepOutput, join_outputs
+
+__all__ = ["NodeState", "PipelineResult", "StepFailedError", "run_pipeline", "step_seed"]
+
+
+class StepFailedError(RepriseError):
+    """A step raised (after its retries); the run is marked failed."""
+
+    def __init__(self, message: str, *, run_id: str, step: str, error: str) -> None:
+        super().__init__(message)
+        self.run_id, self.step, self.error = run_id, step, error
+
+
+@dataclass
+class NodeState:
+    name: str
+    status: str = "pending"  # pending/running/cached/done/failed/skipped
+    key: str | None = None
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    metrics: list[tuple[str, float, int | None]] = field(default_factory=list)
+    duration: float = 0.0
+    saved: float = 0.0  # seconds the original execution took, for a reused step
+    reused_from: str | None = None
+    step_run_id: str | None = None
+    error: str | None = None
+    attempts: int = 0
+    started: float | None = None
+
+
+@dataclass
+class PipelineResult:
+    """What a pipeline run did; ``result[step]`` loads that step's output(s)."""
+
+    run_id: str
+    pipeline: str
+    status: str
+    nodes: dict[str, NodeState]
+    duration: float
+    workspace: Any
+    graph: Graph
+
+    @property
+    def executed(self) -> list[str]:
+        return [n for n, s in self.nodes.items() if s.status == "done"]
+
+    @property
+    def reused(self) -> list[str]:
+        return [n for n, s in self.nodes.items() if s.status == "cached"]
+
+    @property
+    def time_saved(self) -> float:
+        return sum(s.saved for s in self.nodes.values())
+
+    def output_hashes(self) -> dict[str, dict[str, str]]:
+        return {n: {o["name"]: o["hash"] for o in s.outputs} for n, s in self.nodes.items()}
+
+    def __getitem__(self, node: str) -> Any:
+        from reprise.store._materializers import load_object
+
+        if node not in self.nodes:
+            raise KeyError(f"no step {node!r}; steps are {list(self.nodes)}")
+        state = self.nodes[node]
+        if state.status not in ("done", "cached"):
+            raise KeyError(f"step {node!r} has no outputs (status {state.status})")
+        store = self.workspace.artifacts
+        values = {o["name"]: load_object(store, o["hash"], o["materializer"], o.get("meta") or {})
+                  for o in state.outputs}
+        return join_outputs(self.graph.nodes[node].step, values)
+
+
+def step_seed(run_seed: int, step_name: str) -> int:
+    """The seed of one step: a hash of the run seed and the step's name, so adding
+    or reordering steps never changes another step's seed."""
+    return int(hash_value({"seed": run_seed, "step": step_name})[:8], 16) & 0x7FFFFFFF
+
+
+_FP_CACHE: dict[int, Any] = {}
+
+
+def _fingerprint(step_: Step, user_roots: list[str]) -> Any:
+    from reprise.pipeline._fingerprint import code_fingerprint
+
+    fp = _FP_CACHE.get(id(step_.func))
+    if fp is None:
+        fp = _FP_CACHE[id(step_.func)] = code_fingerprint(step_.func, user_roots=user_roots)
+    return fp
+
+
+def run_pipeline(pipe: Pipeline, raw_params: Mapping[str, Any], *, seed: int = 0,
+                 workers: int | None = None, cache: bool = True, force: Iterable[str] = (),
+                 workspace: Any = None, progress: Any = None, steps: Iterable[str] | None = None,
+                 executor: Executor | None = None, tags: Mapping[str, str] | None = None,
+                 pipeline_ref: str | None = None) -> PipelineResult:
+    from reprise.tracking._api import open_workspace, start_run
+
+    t_begin = time.perf_counter()
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise UserError(f"seed must be an integer, got {seed!r}.")
+    if workers is not None and workers < 1:
+        raise UserError(f"workers must be at least 1, got {workers}.")
+    ws = workspace if workspace is not None else open_workspace()
+    graph = pipe.build(pipe.coerce_params(raw_params))
+    force = list(force)
+    for label, names in (("--force", force), ("--steps", list(steps or ()))):
+        unknown = sorted(set(names) - set(graph.nodes))
+        if unknown:
+            raise UserError(f"{label}: no step(s) {unknown} in pipeline {pipe.name!r}; its steps "
+                            f"are {list(graph.nodes)}.")
+    selected = graph.upstream_closure(steps) if steps else set(graph.nodes)
+    forced = graph.downstream(force) if force else set()
+    store = ws.artifacts
+    hasher = FileHasher(ws.config.workspace_dir / "cache" / "files")
+    user_roots = [str(ws.root)]
+    mod_file = module_file(pipe.module)
+    if mod_file:
+        user_roots.append(str(Path(mod_file).parent))
+    fps = {n: _fingerprint(node.step, user_roots) for n, node in graph.nodes.items()}
+    raw_inputs = _hash_path_inputs(graph, hasher, store)
+    snapshot = _code_snapshot(ws, pipe, fps, store, mod_file)
+    params_record = {k: (_path_record(v, raw_inputs) if isinstance(v, PathInput) else v)
+                     for k, v in graph.params.items()}
+    ref = pipeline_ref or _pipeline_ref(ws, pipe, mod_file)
+    run_tags = {"reprise.pipeline": ref, "reprise.code_snapshot": snapshot["hash"],
+                "reprise.cache": "on" if cache else "off", **(tags or {})}
+    run = start_run(name=pipe.name, params=params_record, tags=run_tags, kind="pipeline",
+                    seed=seed, workspace=ws, system_metrics_interval=0, defer_ingest=True)
+    run.record_artifact("code", snapshot)
+
+    states = {n: NodeState(n) for n in graph.nodes}
+    if progress is not None:
+        progress.start(run.id, pipe.name, [n for n in graph.nodes if n in selected])
+    ex = executor or LocalExecutor(workers, store=store)
+    step_cache = StepCache(ws.config.workspace_dir / "cache" / "steps")
+    sys_path = [p for p in sys.path if p]
+    ctx = _RunContext(graph, states, fps, raw_inputs, store, step_cache, run, seed, sys_path,
+                      cache, forced, progress, ws)
+    status, error = "finished", None
+    failed_step: tuple[str, str] | None = None
+    try:
+        failed_step = _schedule(ctx, ex, selected)
+        if failed_step is not None:
+            status = "failed"
+            error = f"step {failed_step[0]!r} failed:\n{failed_step[1]}"
+    except KeyboardInterrupt:
+        ex.shutdown(cancel=True)
+        for s in states.values():
+            if s.status == "running":
+                s.status = "killed"
+        run.end("killed", error="interrupted (KeyboardInterrupt)")
+        if progress is not None:
+            progress.finish(_result(run, pipe, states, t_begin, ws, graph, "killed"))
+        raise
+    except BaseException as exc:
+        ex.shutdown(cancel=True)
+        import traceback
+
+        run.end("failed", error="".join(traceback.format_exception(exc)))
+        raise
+    ex.shutdown()
+    run.end(status, error=error)
+    result = _result(run, pipe, states, t_begin, ws, graph, status)
+    if progress is not None:
+        progress.finish(result)
+    if failed_step is not None:
+        raise StepFailedError(
+            f"step {failed_step[0]!r} failed in run {run.id}; steps that finished are cached, "
+            f"so running again resumes from {failed_step[0]!r}.",
+            run_id=run.id, step=failed_step[0], error=failed_step[1])
+    return result
+
+
+def _result(run: Any, pipe: Pipeline, states: dict[str, NodeState], t0: float, ws: Any,
+            graph: Graph, status: str) -> PipelineResult:
+    return PipelineResult(run_id=run.id, pipeline=pipe.name, status=status, nodes=states,
+                          duration=time.perf_counter() - t0, workspace=ws, graph=graph)
+
+
+@dataclass
+class _RunContext:
+    graph: Graph
+    states: dict[str, NodeState]
+    fps: dict[str, Any]
+    raw_inputs: dict[str, dict[str, Any]]
+    store: Any
+    cache: StepCache
+    run: Any
+    seed: int
+    sys_path: list[str]
+    use_cache: bool
+    forced: set[str]
+    progress: Any
+    ws: Any
+
+
+def _schedule(ctx: _RunContext, ex: Executor, selected: set[str]) -> tuple[str, str] | None:
+    graph, states = ctx.graph, ctx.states
+    order = [n for n in graph.nodes if n in selected]
+    remaining = {n: len(graph.nodes[n].upstream) for n in order}
+    children: dict[str, list[str]] = {n: [] for n in order}
+    for n in order:
+        for u in graph.nodes[n].upstream:
+            children[u].append(n)
+    ready = deque(n for n in order if remaining[n] == 0)
+    running: dict[Future[TaskResult], tuple[str, str, Task, dict[str, Any]]] = {}
+    first_failure: tuple[str, str] | None = None
+
+    def resolved(n: str) -> None:
+        for c in children[n]:
+            remaining[c] -= 1
+            if remaining[c] == 0:
+                ready.append(c)
+
+    while ready or running:
+        while ready:
+            n = ready.popleft()
+            node = graph.nodes[n]
+            key, task, key_parts = _prepare(ctx, node)
+            st = states[n]
+            st.key = key
+            if ctx.use_cache and node.step.cache and n not in ctx.forced:
+                entry = ctx.cache.get(key, ctx.store)
+                if entry is not None:
+                    _reuse(ctx, node, entry, key_parts)
+                    resolved(n)
+                    continue
+            st.status, st.started, st.attempts = "running", time.perf_counter(), 1
+            if ctx.progress is not None:
+                ctx.progress.update(n, "running")
+            alone = not running and not ready
+            running[ex.submit(task, alone=alone)] = (n, key, task, key_parts)
+        if not running:
+            break
+        done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+        for fut in done:
+            n, key, task, key_parts = running.pop(fut)
+            res = fut.result()
+            st = states[n]
+            node = graph.nodes[n]
+            if res.error is not None and st.attempts <= node.step.retries:
+                st.attempts += 1
+                task.attempt = st.attempts  # same seed: a retry repeats the same computation
+                if ctx.progress is not None:
+                    ctx.progress.update(n, "running", note=f"retry {st.attempts - 1}")
+                running[ex.submit(task, alone=not running and not ready)] = (n, key, task,
+                                                                            key_parts)
+                continue
+            _finish(ctx, node, key, task, key_parts, res)
+            if res.error is None:
+                resolved(n)
+            elif first_failure is None:
+                first_failure = (n, res.error)
+    for n in order:
+        if states[n].status == "pending":
+            states[n].status = "skipped"
+            if ctx.progress is not None:
+                ctx.progress.update(n, "skipped")
+    return first_failure
+
+
+def _prepare(ctx: _RunContext, node: Node) -> tuple[str, Task, dict[str, Any]]:
+    """The node's cache key, its task, and the key's ingredients (for explanations)."""
+    params: dict[str, Any] = {}
+    input_hashes: dict[str, str] = {}
+    task_inputs: dict[str, tuple[str, Any]] = {}
+    for pname, value in node.inputs.items():
+        if isinstance(value, StepOutput):
+            out = next(o for o in ctx.states[value.node].outputs if o["name"] == value.name)
+            input_hashes[pname] = out["hash"]
+            task_inputs[pname] = ("artifact", {"hash": out["hash"],
+                                               "materializer": out["materializer"],
+                                               "meta": out.get("meta") or {}})
+        elif isinstance(value, PathInput):
+            raw = ctx.raw_inputs[str(value.path)]
+            input_hashes[pname] = raw["content_hash"]
+            task_inputs[pname] = ("path", {"kind": value.kind, "path": str(value.path)})
+        else:
+            params[pname] = value
+            task_inputs[pname] = ("value", value)
+    fp = ctx.fps[node.name]
+    seed = step_seed(ctx.seed, node.name)
+    parts = {
+        "version": CACHE_FORMAT_VERSION,
+        "step": node.name,
+        "code": fp.hash,
+        "params": params,
+        "inputs": input_hashes,
+        "env": {"python": "%d.%d" % sys.version_info[:2],
+                "distributions": dict(sorted(fp.distributions.items()))},
+        "seed": seed,
+    }
+    key = hash_value(parts)
+    step_ = node.step
+    task = Task(node=node.name, module=step_.module, qualname=step_.qualname,
+                module_file=module_file(step_.module), inputs=task_inputs, seed=seed,
+                artifacts_url=str(ctx.ws.config.artifacts_url), sys_path=ctx.sys_path)
+    return key, task, parts
+
+
+def _inputs_record(ctx: _RunContext, node: Node) -> list[dict[str, Any]]:
+    out = []
+    for pname, value in node.inputs.items():
+        if isinstance(value, StepOutput):
+            o = next(o for o in ctx.states[value.node].outputs if o["name"] == value.name)
+            out.append({"name": pname, "hash": o["hash"]})
+        elif isinstance(value, PathInput):
+            raw = ctx.raw_inputs[str(value.path)]
+            out.append({"name": pname, **raw["artifact"], "source": str(value.path)})
+    return out
+
+
+def _reuse(ctx: _RunContext, node: Node, entry: dict[str, Any], parts: dict[str, Any]) -> None:
+    st = ctx.states[node.name]
+    st.status, st.outputs = "cached", entry["outputs"]
+    st.reused_from = entry.get("step_run_id")
+    st.saved = float(entry.get("duration") or 0.0)
+    st.metrics = [tuple(m) for m in entry.get("metrics", [])]  # type: ignore[misc]
+    st.step_run_id = new_id()
+    ctx.run.record_step({
+        "id": st.step_run_id, "step_name": node.name, "cache_key": st.key, "status": "cached",
+        "reused_from": st.reused_from, "started_at": time.time(), "ended_at": time.time(),
+        "duration": 0.0, "seed": parts["seed"], "code_hash": parts["code"],
+        "details": {"key_parts": parts, "callsite": node.callsite,
+                    "original_run": entry.get("run_id")},
+        "inputs": _inputs_record(ctx, node), "outputs": st.outputs})
+    _log_step_metrics(ctx, node.name, st.metrics)
+    if ctx.progress is not None:
+        ctx.progress.update(node.name, "cached", duration=st.saved)
+
+
+def _finish(ctx: _RunContext, node: Node, key: str, task: Task, parts: dict[str, Any],
+            res: TaskResult) -> None:
+    st = ctx.states[node.name]
+    st.duration, st.metrics, st.step_run_id = res.duration, res.metrics, new_id()
+    ok = res.error is None
+    st.status = "done" if ok else "failed"
+    st.outputs = [{**o, "created": time.time()} for o in res.outputs] if ok else []
+    st.error = res.error
+    record = {
+        "id": st.step_run_id, "step_name": node.name, "cache_key": key,
+        "status": "executed" if ok else "failed", "started_at": res.started_at,
+        "ended_at": res.ended_at, "duration": res.duration, "energy_joules": res.energy_joules,
+        "error": res.error, "seed": task.seed, "code_hash": parts["code"],
+        "details": {"key_parts": parts, "callsite": node.callsite, "attempts": st.attempts,
+                    "pid": res.pid},
+        "inputs": _inputs_record(ctx, node), "outputs": st.outputs,
+    }
+    ctx.run.record_step(record)
+    if ok:
+        _log_step_metrics(ctx, node.name, res.metrics)
+        if node.step.cache:
+            ctx.cache.put(key, {"step": node.name, "outputs": st.outputs,
+                                "metrics": res.metrics, "duration": res.duration,
+                                "run_id": ctx.run.id, "step_run_id": st.step_run_id})
+    if ctx.progress is not None:
+        ctx.progress.update(node.name, st.status, duration=res.duration,
+                            note=(res.error_type or "") if not ok else "")
+
+
+def _log_step_metrics(ctx: _RunContext, node: str, metrics: Iterable[Any]) -> None:
+    for key, value, step in metrics:
+        ctx.run.log_metric(f"{node}/{key}", value, step=step)
+
+
+def _hash_path_inputs(graph: Graph, hasher: FileHasher, store: Any) -> dict[str, dict[str, Any]]:
+    """Content hash of every File/Dir input, keeping a copy in the artifact store (so
+    ``verify`` can replay from exactly these bytes and lineage ends at them)."""
+    from reprise.store._materializers import save_object
+
+    found: dict[str, Any] = {}
+    for node in graph.nodes.values():
+        for value in node.inputs.values():
+            if isinstance(value, PathInput):
+                found[str(value.path)] = value
+    out: dict[str, dict[str, Any]] = {}
+    for key, item in found.items():
+        content = hasher.hash(item)
+        if item.kind == "file" and store.exists(content):
+            art = {"hash": content, "size": store.size(content), "kind": "file",
+                   "materializer": "file", "meta": {"name": item.path.name}}
+        else:
+            art = _saved_dict(save_object(store, Path(item.path)))
+        out[key] = {"content_hash": content, "artifact": art}
+    return out
+
+
+def _saved_dict(saved: Any) -> dict[str, Any]:
+    if isinstance(saved, dict):
+        return dict(saved)
+    return {"hash": saved.hash, "size": saved.size, "kind": saved.kind,
+            "materializer": saved.materializer, "meta": dict(saved.meta)}
+
+
+def _path_record(value: PathInput, raw: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    entry = raw.get(str(value.path))
+    return {"$path": value.kind, "path": str(value.path),
+            "hash": entry["content_hash"] if entry else None,
+            "artifact": entry["artifact"]["hash"] if entry else None}
+
+
+def _pipeline_ref(ws: Any, pipe: Pipeline, mod_file: str | None) -> str:
+    if mod_file is None:
+        return f"{pipe.module}:{pipe.name}"
+    try:
+        rel = Path(mod_file).relative_to(ws.root).as_posix()
+    except ValueError:
+        rel = mod_file
+    return f"{rel}:{pipe.func.__name__}"
+
+
+def _code_snapshot(ws: Any, pipe: Pipeline, fps: dict[str, Any], store: Any,
+                   mod_file: str | None) -> dict[str, Any]:
+    """Store the pipeline's own source files (not third-party code) as one artifact."""
+    from reprise.pipeline._snapshot import snapshot_files
+
+    files = set()
+    for fp in fps.values():
+        files.update(fp.modules)
+    if mod_file:
+        files.add(mod_file)
+    return snapshot_files(sorted(files), Path(ws.root), store)
+
+
+def default_workers() -> int:
+    return os.cpu_count() or 1
