@@ -37,7 +37,7 @@ def reprise_log(root: Path, n: int) -> dict[str, float]:
             log("loss", 1.0 / (i + 1), step=i)
         t_logged = time.perf_counter()
     t_end = time.perf_counter()
-    stored = len(Workspace(root).metadata.get_metrics(run.id, "loss"))
+    stored = len(Workspace.open(root).metadata.get_metrics(run.id, "loss"))
     if stored != n:
         raise AssertionError(f"reprise stored {stored} of {n} points")
     return {"calls_s": t_logged - t_start, "end_to_end_s": t_end - t0}

@@ -34,12 +34,19 @@ _EXPORTS: dict[str, str] = {
     "Materializer": "reprise.store",
     "RunStatus": "reprise.core",
     "errors": "reprise.core",
+    "step": "reprise.pipeline",
+    "pipeline": "reprise.pipeline",
+    "File": "reprise.pipeline",
+    "Dir": "reprise.pipeline",
+    "Pipeline": "reprise.pipeline",
+    "Step": "reprise.pipeline",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 if TYPE_CHECKING:
     from reprise.core import RunStatus, errors
+    from reprise.pipeline import Dir, File, Pipeline, Step, pipeline, step
     from reprise.store import Materializer, Workspace, register_materializer
     from reprise.tracking import (
         Run,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 __all__ = ["main"]
 
@@ -26,8 +27,9 @@ def main(argv: list[str] | None = None) -> None:
     except SystemExit:
         raise
     except Exception as exc:  # click's own usage errors (typer vendors click)
+        click: Any
         try:
-            import typer._click as click  # type: ignore[import-not-found]
+            import typer._click as click
         except ImportError:
             import click
 

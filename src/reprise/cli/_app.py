@@ -59,7 +59,7 @@ def init(
     from reprise.tracking import init as init_workspace
 
     ws = init_workspace(path)
-    ws.metadata  # create the database now, so a broken store URL fails here
+    _ = ws.metadata  # create the database now, so a broken store URL fails here
     typer.echo(f"Initialised Reprise workspace in {ws.root / '.reprise'}")
 
 
@@ -277,7 +277,8 @@ def lineage(
 ) -> None:
     """Show where outputs came from: steps, inputs, down to the raw files."""
     from reprise.core.errors import UserError
-    from reprise.pipeline._lineage import lineage as build, to_dot, to_mermaid
+    from reprise.pipeline._lineage import lineage as build
+    from reprise.pipeline._lineage import to_dot, to_mermaid
 
     if fmt not in ("tree", "mermaid", "dot"):
         raise UserError(f"--format must be tree, mermaid or dot, not {fmt!r}.")

@@ -146,7 +146,7 @@ def run_detail(info: dict[str, Any]) -> None:
 def _git(info: dict[str, Any]) -> str:
     if not info["git_commit"]:
         return "-"
-    return info["git_commit"][:12] + (" (dirty)" if info["git_dirty"] else "")
+    return str(info["git_commit"])[:12] + (" (dirty)" if info["git_dirty"] else "")
 
 
 def _energy(info: dict[str, Any]) -> str:
@@ -238,10 +238,13 @@ def verify_report(report: Any) -> None:
     for v in report.steps:
         label = "equal within tolerance" if v.status == "within_tolerance" else v.status
         outs = ", ".join(f"{o['name']}: {'same' if o['same'] else 'DIFFERS'}" for o in v.outputs)
+        shown = v.metric_deltas[:4]
         deltas = "; ".join(
             f"{d['key']}: {_fmt(d['recorded'])} -> {_fmt(d['now'])} (Δ {_fmt(d['delta'])})"
             if not d.get("max_abs_diff") else f"{d['key']}: max |Δ| {_fmt(d['delta'])}"
-            for d in v.metric_deltas)
+            for d in shown)
+        if len(v.metric_deltas) > len(shown):
+            deltas += f"; ... {len(v.metric_deltas) - len(shown)} more (--json)"
         if v.error and v.status in ("failed", "missing"):
             deltas = v.error.strip().splitlines()[-1] if v.error.strip() else v.error
         table.add_row(v.step, f"[{_VERDICT_STYLE.get(v.status, '')}]{label}[/]", outs, deltas)

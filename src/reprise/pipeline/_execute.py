@@ -30,7 +30,8 @@ class Task:
     module: str
     qualname: str
     module_file: str | None
-    inputs: dict[str, tuple[str, Any]]  # name -> ("value", v) | ("artifact", {hash, ...}) | ("path", {kind, path})
+    # name -> ("value", v) | ("artifact", {hash, ...}) | ("path", {kind, path})
+    inputs: dict[str, tuple[str, Any]]
     seed: int
     artifacts_url: str
     sys_path: list[str] = field(default_factory=list)

@@ -29,13 +29,39 @@ def lineage(ws: Any, ref: str) -> dict[str, Any]:
     consumed = {i["hash"] for st in steps for i in st["inputs"]}
     seen: dict[str, Any] = {}
     roots = []
-    by_hash = {o["hash"]: st for st in steps for o in st["outputs"]}
     for st in steps:
         for o in st["outputs"]:
             if o["hash"] not in consumed:
-                roots.append(_artifact_node(meta, o["hash"], o["name"], seen, by_hash))
+                roots.append(_step_node(meta, o["hash"], o["name"], st, seen, steps))
     return {"kind": "run", "root": rec.id, "pipeline": rec.tags.get("reprise.pipeline"),
             "nodes": roots}
+
+
+def _step_node(meta: Any, h: str, name: str, st: dict[str, Any], seen: dict[str, Any],
+               steps: list[dict[str, Any]]) -> dict[str, Any]:
+    """Output ``h`` of run step ``st``; its inputs resolve to earlier steps of the run
+    (latest first), so a step passing its input through is not its own producer."""
+    key = f"{st['id']}:{h}"
+    if key in seen:
+        return {"hash": h, "name": name, "kind": "artifact", "repeated": True,
+                "produced_by": seen[key]}
+    info = {"step": st["step_name"], "step_run": st["id"], "run": st["run_id"],
+            "status": st["status"], "cache_key": st["cache_key"]}
+    seen[key] = info
+    idx = next(i for i, s in enumerate(steps) if s["id"] == st["id"])
+    inputs = []
+    for x in st["inputs"]:
+        if x.get("source") is not None:
+            inputs.append({"hash": x["hash"], "name": x["name"], "kind": "input",
+                           "source": x["source"]})
+            continue
+        prod = next((s for s in reversed(steps[:idx])
+                     if any(o["hash"] == x["hash"] for o in s["outputs"])), None)
+        if prod is None:
+            inputs.append(_artifact_node(meta, x["hash"], x["name"], seen))
+        else:
+            inputs.append(_step_node(meta, x["hash"], x["name"], prod, seen, steps))
+    return {"hash": h, "name": name, "kind": "artifact", "produced_by": {**info, "inputs": inputs}}
 
 
 def _artifact_node(meta: Any, h: str, name: str | None, seen: dict[str, Any],
@@ -71,7 +97,7 @@ def _edges(tree: dict[str, Any]) -> tuple[dict[str, str], list[tuple[str, str]]]
     edges: list[tuple[str, str]] = []
 
     def walk(node: dict[str, Any]) -> str:
-        aid = "a_" + node["hash"][:12]
+        aid = "a_" + str(node["hash"])[:12]
         if node.get("kind") == "input":
             labels[aid] = f"{node['source']}\\n{node['hash'][:12]}"
             return aid

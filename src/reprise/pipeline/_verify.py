@@ -84,6 +84,7 @@ def verify_run(ws: Any, run_ref: str, *, steps: Iterable[str] | None = None,
     finally:
         if not keep_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
+    ws.recover()  # ingest the replay's journal (its run defers ingestion)
     fresh = {st["step_name"]: st for st in meta.get_step_runs(new_id)} if new_id else {}
     names = [st["step_name"] for st in original]
     if wanted:

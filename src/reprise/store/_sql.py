@@ -254,12 +254,15 @@ class SqlMetadataStore(BaseMetadataStore):
 
     def _dialect_insert(self, table: sa.Table) -> Any:
         if self.dialect == "sqlite":
-            from sqlalchemy.dialects.sqlite import insert
-        elif self.dialect == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
+            from sqlalchemy.dialects import sqlite
+
+            return sqlite.insert(table)
+        if self.dialect == "postgresql":
+            from sqlalchemy.dialects import postgresql
+
+            return postgresql.insert(table)
         else:  # pragma: no cover - only the two tested backends are supported
             raise StoreError(f"unsupported database dialect {self.dialect!r}")
-        return insert(table)
 
     # -- runs ------------------------------------------------------------------------
     def get_run(self, run_id: str) -> RunRecord:
