@@ -31,6 +31,7 @@ def test_public_api_is_pinned() -> None:
     assert sorted(reprise.__all__) == sorted([
         "__version__", "Materializer", "Run", "RunStatus", "Workspace", "active_run", "errors",
         "init", "log_artifact", "log_metric", "log_metrics", "log_param", "log_params",
-        "open_workspace", "register_materializer", "set_tag", "start_run"])
+        "open_workspace", "register_materializer", "set_tag", "start_run",
+        "step", "pipeline", "File", "Dir", "Pipeline", "Step"])
     for name in reprise.__all__:
         assert getattr(reprise, name) is not None

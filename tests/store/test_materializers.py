@@ -89,7 +89,7 @@ def test_numpy_object_array_is_refused(store: BaseArtifactStore) -> None:
 
 def test_numpy_subclass_is_not_silently_flattened(store: BaseArtifactStore) -> None:
     with pytest.raises(MaterializerError, match="numpy.ma.MaskedArray"):
-        save_object(store, np.ma.masked_array([1, 2], mask=[0, 1]))
+        save_object(store, np.ma.masked_array([1, 2], mask=[False, True]))
 
 
 @pytest.fixture

@@ -29,7 +29,6 @@ import importlib.util
 import inspect
 import os
 import re
-import secrets
 import site
 import sys
 import sysconfig
@@ -38,7 +37,6 @@ import types
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
@@ -71,7 +69,8 @@ class CodeFingerprint:
     """What a step's code depends on, and one hash over it.
 
     Attributes:
-        hash: BLAKE3 over ``functions``, ``constants`` and ``distributions``.
+        hash: BLAKE3 over the root's name, ``functions``, ``constants`` and
+            ``distributions`` (not ``modules``: moving a checkout keeps keys).
         functions: ``"module:qualname"`` -> hash of the normalised source of
             every user function and class reached, the step included
             (``"module:<module>"`` for a whole module, ``"module:<global X>"``
@@ -107,18 +106,20 @@ def code_fingerprint(func: Callable[..., Any], *,
     walker = _Walker(_roots(user_roots))
     target = _unwrap(func)
     walker.mark(func)
+    module = str(getattr(target, "__module__", None) or "<unknown>")
+    name = str(getattr(target, "__qualname__", None) or type(target).__qualname__)
     if isinstance(target, (types.FunctionType, type)):
         walker.mark(target)
         walker.visit_code(target, root=True)
     else:
-        name = getattr(target, "__qualname__", type(target).__qualname__)
-        walker.visit(target, str(getattr(target, "__module__", "<unknown>")), str(name),
-                     in_module=False)
+        walker.visit(target, module, name, in_module=False)
+    # The root names which of the closure's functions is the step: is_even and
+    # is_odd reach the same two functions, yet are different steps.
     payload: dict[str, Any] = {
-        "format": _FORMAT, "functions": walker.functions, "constants": walker.constants,
-        "distributions": walker.distributions}
+        "format": _FORMAT, "root": f"{module}:{name}", "functions": walker.functions,
+        "constants": walker.constants, "distributions": walker.distributions}
     if not walker.exact:
-        payload["nonce"] = secrets.token_hex(16)
+        payload["nonce"] = os.urandom(16).hex()
     return CodeFingerprint(
         hash=hash_value(payload), functions=dict(sorted(walker.functions.items())),
         constants=dict(sorted(walker.constants.items())),
@@ -264,7 +265,7 @@ class _Walker:
         if module is None or self.kind(module) != "user":
             return
         if not self.visit_binding(module, name):
-            self.visit_module(module, whole=True)
+            self.visit_module(module)
 
     def visit_code(self, obj: types.FunctionType | type, *, root: bool = False) -> None:
         modname = getattr(obj, "__module__", None)
@@ -296,11 +297,12 @@ class _Walker:
             self.scan(module)
         self.resolve(src, globals_, cells, modname, obj.__qualname__)
 
-    def visit_module(self, module: types.ModuleType, *, whole: bool = False) -> None:
+    def visit_module(self, module: types.ModuleType) -> None:
+        """A user module used as a value, or through a dynamic attribute: all of it."""
         kind = self.kind(module)
         if kind == "dist":
             self.add_dists(module.__name__)
-        if kind != "user" or not self.mark(("module", id(module)) if whole else module):
+        if kind != "user" or not self.mark(module):
             return
         key = f"{module.__name__}:<module>"
         info = _module_source(module)
@@ -328,7 +330,7 @@ class _Walker:
             source = sys.modules.get(_absolute(spec, vars(module)) or "")
             if source is not None and self.kind(source) == "user" and spec[2]:
                 if not self.visit_binding(source, spec[2]):
-                    self.visit_module(source, whole=True)
+                    self.visit_module(source)
         if src is not None:
             self.functions[f"{module.__name__}:<global {name}>"] = src.digest or ""
             self.files.add(info.path)
@@ -455,7 +457,8 @@ def _source_of(obj: types.FunctionType | type) -> _Source:
         return hit[2]
     src = _read_source(obj, filename)
     try:
-        _SOURCES[id(obj)] = (weakref.ref(obj), stamp, src)
+        key = id(obj)
+        _SOURCES[key] = (weakref.ref(obj, lambda _: _SOURCES.pop(key, None)), stamp, src)
     except TypeError:
         pass
     return src
@@ -850,6 +853,8 @@ def _dists_for_top(top: str) -> tuple[str, ...]:
 
 
 def _provides(dist_name: str, top: str) -> bool:
+    from importlib import metadata  # lazily: it costs ~10 ms to import
+
     try:
         dist = metadata.distribution(dist_name)
     except (metadata.PackageNotFoundError, ValueError):
@@ -864,12 +869,16 @@ def _provides(dist_name: str, top: str) -> bool:
 
 @functools.cache
 def _top_level_map() -> Mapping[str, list[str]]:
+    from importlib import metadata
+
     return metadata.packages_distributions()
 
 
 @functools.cache
 def _dist_version(name: str) -> str:
     """The installed version of distribution ``name``, or ``"unknown"``."""
+    from importlib import metadata
+
     try:
         dist = metadata.distribution(name)
     except (metadata.PackageNotFoundError, ValueError):

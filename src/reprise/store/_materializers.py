@@ -429,17 +429,22 @@ class DirMaterializer(Materializer):
 
     def save(self, obj: Any, store: BaseArtifactStore) -> tuple[str, int, dict[str, Any]]:
         root = Path(os.fspath(obj))
+        members = list(_tar_members(root))  # all checks pass before anything is written
         files, total = 0, 0
         with tempfile.TemporaryDirectory(prefix="reprise-") as tmp:
             tar_path = Path(tmp) / "dir.tar"
             with tarfile.open(tar_path, mode="w", format=tarfile.PAX_FORMAT) as tar:
-                for info, full in _tar_members(root):
-                    if info.isreg():
-                        with open(full, "rb") as f:
-                            tar.addfile(info, f)
-                        files, total = files + 1, total + info.size
-                    else:
+                for info, full in members:
+                    if not info.isreg():
                         tar.addfile(info)
+                        continue
+                    with open(full, "rb") as f:
+                        if os.fstat(f.fileno()).st_size != info.size:
+                            raise MaterializerError(
+                                f"{full} changed while {root} was being stored; store it again "
+                                "once nothing writes to it.")
+                        tar.addfile(info, f)
+                    files, total = files + 1, total + info.size
             h, size = store.put_file(tar_path)
         return h, size, {"files": files, "bytes": total}
 
