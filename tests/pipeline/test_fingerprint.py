@@ -316,6 +316,20 @@ def test_a_local_third_party_import_counts_without_being_imported(
     assert ("alembic" in sys.modules) == was_loaded
 
 
+def test_a_deep_chain_of_helpers_is_walked_without_recursion(
+        tmp_path: Path, pkg_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    depth = 1500  # deeper than the interpreter's recursion limit allows to recurse
+    lines = [f"def f{i}(x):\n    return f{i + 1}(x) + 1\n" for i in range(depth)]
+    (tmp_path / f"{pkg_name}.py").write_text("\n".join(lines) + f"def f{depth}(x):\n    return x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        fp = code_fingerprint(importlib.import_module(pkg_name).f0)
+    finally:
+        sys.modules.pop(pkg_name, None)
+    assert fp.exact
+    assert len(fp.functions) == depth + 1
+
+
 def test_code_without_source_is_inexact_and_never_repeats() -> None:
     namespace: dict[str, Any] = {"__name__": "fp_exec_namespace"}
     exec(compile("def made(x):\n    return x + 1\n", "<fp-test>", "exec"), namespace)

@@ -147,9 +147,9 @@ def test_parallel_branches_run_in_separate_processes(project: Path) -> None:
 
     ws = Workspace.open(project)
     steps = {s["step_name"]: s for s in ws.metadata.get_step_runs(run_id)}
-    l, r = steps["left"], steps["right"]
-    assert l["details"]["pid"] != r["details"]["pid"]
-    assert l["started_at"] < r["ended_at"] and r["started_at"] < l["ended_at"]  # overlapped
+    lft, r = steps["left"], steps["right"]
+    assert lft["details"]["pid"] != r["details"]["pid"]
+    assert lft["started_at"] < r["ended_at"] and r["started_at"] < lft["ended_at"]  # overlapped
     ws.close()
 
 

@@ -27,6 +27,7 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import logging
 import os
 import re
 import site
@@ -47,6 +48,8 @@ __all__ = ["CodeFingerprint", "code_fingerprint", "is_user_module", "normalised_
 _Kind = Literal["user", "dist", "stdlib"]
 _ImportSpec = tuple[str, int, "str | None"]  # (module, relative level, first attribute)
 _Roots = tuple[str, ...]
+
+_logger = logging.getLogger(__name__)
 
 _FORMAT = 1
 _MISSING: Any = object()
@@ -108,11 +111,18 @@ def code_fingerprint(func: Callable[..., Any], *,
     walker.mark(func)
     module = str(getattr(target, "__module__", None) or "<unknown>")
     name = str(getattr(target, "__qualname__", None) or type(target).__qualname__)
-    if isinstance(target, (types.FunctionType, type)):
-        walker.mark(target)
-        walker.visit_code(target, root=True)
-    else:
-        walker.visit(target, module, name, in_module=False)
+    try:
+        if isinstance(target, (types.FunctionType, type)):
+            walker.mark(target)
+            walker.visit_code(target, root=True)
+        else:
+            walker.visit(target, module, name, in_module=False)
+        walker.drain()
+    except Exception:  # an object no rule foresaw
+        # A fingerprint that is unsure must not let the step hit the cache.
+        _logger.warning("could not fingerprint the code of %s:%s; it will not be cached",
+                        module, name, exc_info=True)
+        walker.exact = False
     # The root names which of the closure's functions is the step: is_even and
     # is_odd reach the same two functions, yet are different steps.
     payload: dict[str, Any] = {
@@ -187,6 +197,13 @@ class _Walker:
         self._keep: list[object] = []
         self._scanned: set[int] = set()
         self._bindings: set[tuple[str, str]] = set()
+        # Functions and classes wait here rather than being walked recursively:
+        # a depth-first walk of a large codebase would exceed the recursion limit.
+        self._pending: list[types.FunctionType | type] = []
+
+    def drain(self) -> None:
+        while self._pending:
+            self.visit_code(self._pending.pop())
 
     def mark(self, obj: object) -> bool:
         """Record ``obj`` as visited; False when it already was."""
@@ -223,7 +240,7 @@ class _Walker:
         if not self.mark(obj):
             return
         if isinstance(obj, (types.FunctionType, type)):
-            self.visit_code(obj)
+            self._pending.append(obj)
             wrapped = _own_attr(obj, "__wrapped__")
             if wrapped is not None:
                 self.visit(wrapped, mod, name, in_module=in_module)
