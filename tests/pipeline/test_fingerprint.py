@@ -157,6 +157,10 @@ BASE = {
             return x - 1
 
 
+        def calls_decorated(x):
+            return decorated(x)
+
+
         def other():
             return 1
     ''',
@@ -246,9 +250,10 @@ def test_changing_the_step_body_changes_the_key(fingerprint: Fingerprinter) -> N
     ("uses_lambda", ("helpers.py", "lambda x: x * 2", "lambda x: x * 3")),
     ("decorated", ("step.py", "return x - 1", "return x - 2")),
     ("decorated", ("step.py", "return func(*args)", "return func(*args[:1])")),
+    ("calls_decorated", ("step.py", "return x - 1", "return x - 2")),
     ("dynamic", ("helpers.py", "return 0", "return -1")),  # getattr: the whole module
 ], ids=["direct", "transitive", "attribute", "module-chain", "local-import", "lambda",
-        "wrapped", "decorator", "dynamic-attribute"])
+        "wrapped", "decorator", "through-wrapper", "dynamic-attribute"])
 def test_changing_code_the_step_reaches_changes_the_key(
         fingerprint: Fingerprinter, entry: str, edit: Edit) -> None:
     base = fingerprint(entry)

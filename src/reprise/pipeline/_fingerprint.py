@@ -11,7 +11,7 @@ separately. Every user module the walk reaches adds the distributions it
 imports at module level: the step's "environment scope".
 
 What cannot be fingerprinted (no source, as for code made by ``exec`` or typed
-into a plain REPL; objects captured in closures) makes the fingerprint inexact:
+into a plain REPL; non-constant objects captured in closures) makes it inexact:
 its hash then carries a random nonce, so the step never hits the cache. The
 cache fails toward recomputing.
 
@@ -27,6 +27,7 @@ import functools
 import importlib
 import importlib.util
 import inspect
+import linecache
 import logging
 import os
 import re
@@ -109,8 +110,11 @@ def code_fingerprint(func: Callable[..., Any], *,
     walker = _Walker(_roots(user_roots))
     target = _unwrap(func)
     walker.mark(func)
-    module = str(getattr(target, "__module__", None) or "<unknown>")
-    name = str(getattr(target, "__qualname__", None) or type(target).__qualname__)
+    if isinstance(target, (types.FunctionType, type)):
+        module, name = _code_name(target)
+    else:
+        module = str(getattr(target, "__module__", None) or "<unknown>")
+        name = str(getattr(target, "__qualname__", None) or type(target).__qualname__)
     try:
         if isinstance(target, (types.FunctionType, type)):
             walker.mark(target)
@@ -285,8 +289,7 @@ class _Walker:
             self.visit_module(module)
 
     def visit_code(self, obj: types.FunctionType | type, *, root: bool = False) -> None:
-        modname = getattr(obj, "__module__", None)
-        modname = modname if isinstance(modname, str) else "<unknown>"
+        modname, qualname = _code_name(obj)
         module = sys.modules.get(modname)
         kind = "user" if root else self._code_kind(obj, module)
         if kind == "dist":
@@ -294,7 +297,7 @@ class _Walker:
         if kind != "user":
             return
         src = _source_of(obj)
-        key = f"{modname}:{obj.__qualname__}"
+        key = f"{modname}:{qualname}"
         if src.digest is None:
             self.exact = False
             self.functions[key] = "unavailable"
@@ -312,7 +315,7 @@ class _Walker:
             return
         if module is not None:
             self.scan(module)
-        self.resolve(src, globals_, cells, modname, obj.__qualname__)
+        self.resolve(src, globals_, cells, modname, qualname)
 
     def visit_module(self, module: types.ModuleType) -> None:
         """A user module used as a value, or through a dynamic attribute: all of it."""
@@ -438,7 +441,7 @@ class _Walker:
             return self.kind(module)
         filename = obj.__code__.co_filename if isinstance(obj, types.FunctionType) else ""
         if os.path.isfile(filename):
-            return _classify(str(getattr(obj, "__module__", None)), filename, self.roots)
+            return _classify(_code_name(obj)[0], filename, self.roots)
         return "user"  # exec'd code: its missing source makes the fingerprint inexact
 
 
@@ -484,16 +487,33 @@ def _source_of(obj: types.FunctionType | type) -> _Source:
 def _read_source(obj: types.FunctionType | type, filename: str | None) -> _Source:
     file = os.path.abspath(filename) if filename and os.path.isfile(filename) else None
     try:
-        text = inspect.getsource(obj)
+        text = _function_text(obj) if isinstance(obj, types.FunctionType) else inspect.getsource(obj)
     except Exception:  # OSError, TypeError, tokenizer errors: no usable source
         return _Source(None, file=file)
+    # ``co_name`` is the name in the source even where functools.wraps renamed the function.
+    name = obj.__code__.co_name if isinstance(obj, types.FunctionType) else obj.__name__
     tree = _parse(text)
-    if tree is not None and (obj.__name__ == "<lambda>" or _defines(tree, obj.__name__)):
+    if tree is not None and (name == "<lambda>" or _defines(tree, name)):
         return _normalise_tree(tree, file)
-    if isinstance(obj, types.FunctionType) and obj.__name__ == "<lambda>":
+    if isinstance(obj, types.FunctionType) and name == "<lambda>":
         names = _code_names(obj.__code__)
         return _Source(_code_digest(obj.__code__), tuple((n,) for n in names), file=file)
     return _Source(None, file=file)
+
+
+def _function_text(func: types.FunctionType) -> str:
+    """The source block at the function's first line.
+
+    ``inspect.getsource`` would follow ``__wrapped__`` (a wrapper would read as the
+    function it wraps), and on a code object it scans every loaded module once.
+    """
+    code = func.__code__
+    linecache.checkcache(code.co_filename)
+    lines = linecache.getlines(code.co_filename, func.__globals__)
+    start = code.co_firstlineno - 1
+    if not 0 <= start < len(lines):
+        raise OSError(f"no source lines for {code.co_qualname}")
+    return "".join(inspect.getblock(lines[start:]))
 
 
 def _parse(text: str) -> ast.Module | None:
@@ -740,6 +760,18 @@ def _own_attr(obj: object, name: str) -> Any:
         return namespace.get(name)
     except Exception:
         return None
+
+
+def _code_name(obj: types.FunctionType | type) -> tuple[str, str]:
+    """``(module, qualname)`` where the code was written; functools.wraps copies both
+    ``__module__`` and ``__qualname__`` onto wrappers, so functions use their globals and code.
+    """
+    if isinstance(obj, types.FunctionType):
+        module = obj.__globals__.get("__name__")
+        qualname = obj.__code__.co_qualname
+    else:
+        module, qualname = getattr(obj, "__module__", None), obj.__qualname__
+    return (module if isinstance(module, str) else "<unknown>"), qualname
 
 
 def _owner_name(obj: object) -> str:
