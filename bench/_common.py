@@ -63,3 +63,15 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
 
 def python() -> str:
     return sys.executable
+
+
+def finish(name: str, result: dict[str, Any], *, quick: bool,
+           fmt: Callable[[str, float], str] = lambda k, v: f"{v:>14,.3f}") -> dict[str, Any]:
+    """Write the result file (unless ``quick``) and print figures and ratios."""
+    if not quick:
+        write_result(name, result)
+    for k, v in result["figures"].items():
+        print(f"  {k:40s} {fmt(k, v)}")
+    for k, v in result["ratios"].items():
+        print(f"  {k:40s} {v:>13.2f}x")
+    return result

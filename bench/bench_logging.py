@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from _common import WORK, write_result
+from _common import WORK, finish
 
 
 def reprise_log(root: Path, n: int) -> dict[str, float]:
@@ -139,13 +139,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               "sizes": {"reprise": args.points, "mlflow_log_metric": args.mlflow_points,
                         "mlflow_log_batch": args.batch_points},
               "peer": f"mlflow {mlflow.__version__}", "goal": "reprise >= 100,000 points/s"}
-    if not args.quick:
-        write_result("logging", result)
-    for k, v in figures.items():
-        print(f"  {k:40s} {v:>14,.0f}")
-    for k, v in ratios.items():
-        print(f"  {k:40s} {v:>13.1f}x")
-    return result
+    return finish("logging", result, quick=args.quick, fmt=lambda k, v: f"{v:>14,.0f}")
 
 
 if __name__ == "__main__":

@@ -12,12 +12,11 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
-from _common import WORK, command_time, python, write_result
+from _common import WORK, command_time, finish, python
 
 STEPS = '''
 import sys
@@ -177,13 +176,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {"figures": figures, "ratios": ratios, "samples": samples,
               "repeats": args.repeats, "peer": f"dvc {dvc.__version__}",
               "goal": "reprise no-op <= 0.5 x dvc repro; hit <= 5 ms, executed 1 MB <= 20 ms"}
-    if not args.quick:
-        write_result("pipeline", result)
-    for k, v in figures.items():
-        print(f"  {k:40s} {v:>10.3f}")
-    for k, v in ratios.items():
-        print(f"  {k:40s} {v:>10.2f}x")
-    return result
+    return finish("pipeline", result, quick=args.quick)
 
 
 if __name__ == "__main__":

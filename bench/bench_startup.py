@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from _common import command_time, python, write_result
+from _common import command_time, finish, python
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -34,13 +34,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               / figures["reprise_help_s"]}
     result = {"figures": figures, "ratios": ratios, "samples": samples,
               "repeats": args.repeats, "goal": "reprise --help <= 0.15 s"}
-    if not args.quick:
-        write_result("startup", result)
-    for k, v in figures.items():
-        print(f"  {k:40s} {v * 1000:>10.0f} ms")
-    for k, v in ratios.items():
-        print(f"  {k:40s} {v:>10.1f}x")
-    return result
+    return finish("startup", result, quick=args.quick, fmt=lambda k, v: f"{v * 1000:>11.0f} ms")
 
 
 if __name__ == "__main__":

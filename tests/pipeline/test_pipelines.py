@@ -237,6 +237,12 @@ def test_file_input_counts_by_content_and_lineage_reaches_it(project: Path) -> N
     assert mermaid.startswith("graph") and "step read" in mermaid
     dot = cli(project, "lineage", first["run_id"], "--format", "dot").stdout
     assert dot.startswith("digraph")
+    final = first["outputs"]["total"]["output"]
+    by_hash = json.loads(cli(project, "lineage", final, "--json").stdout)
+    assert by_hash["kind"] == "artifact"
+    produced = by_hash["nodes"][0]["produced_by"]
+    assert produced["step"] == "total"
+    assert produced["inputs"][0]["produced_by"]["inputs"][0]["source"] == "data.txt"
 
 
 def test_runs_checkout_writes_the_snapshot(project: Path, tmp_path: Path) -> None:

@@ -57,6 +57,11 @@ class ArtifactRecord:
     """Materializer-specific metadata (dtype and shape, schema, file name...)."""
     created: float = 0.0
 
+    def to_dict(self) -> dict[str, Any]:
+        """The fields journals and cache entries carry (``created`` is theirs to set)."""
+        return {"hash": self.hash, "size": self.size, "kind": self.kind,
+                "materializer": self.materializer, "meta": dict(self.meta)}
+
 
 @dataclass
 class RunRecord:

@@ -132,7 +132,6 @@ def execute_task(task: Task, store: Any = None) -> TaskResult:
     meter = EnergyMeter(use_nvml=False).start()
     result.started_at = time.time()
     t0 = time.perf_counter()
-    pushed = False
     try:
         store = store if store is not None else open_artifact_store(task.artifacts_url)
         func = _resolve_function(task)
@@ -151,10 +150,10 @@ def execute_task(task: Task, store: Any = None) -> TaskResult:
                 raise ValueError(f"unknown input kind {kind!r}")
         seed_generators(task.seed)
         _active.push(ctx)  # type: ignore[arg-type]
-        pushed = True
-        value = func(**kwargs)
-        _active.remove(ctx)  # type: ignore[arg-type]
-        pushed = False
+        try:
+            value = func(**kwargs)
+        finally:
+            _active.remove(ctx)  # type: ignore[arg-type]
         from reprise.pipeline._step import lookup_step, split_outputs
 
         try:
@@ -162,19 +161,14 @@ def execute_task(task: Task, store: Any = None) -> TaskResult:
         except (LookupError, ImportError):
             st = _step_for(func)
         for oname, obj in split_outputs(st, value):
-            rec = save_object(store, obj)
-            result.outputs.append({"name": oname, "hash": rec.hash, "size": rec.size,
-                                   "kind": rec.kind, "materializer": rec.materializer,
-                                   "meta": rec.meta})
-    except BaseException as exc:
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not isinstance(exc, SystemExit):
-            raise
+            result.outputs.append({"name": oname, **save_object(store, obj).to_dict()})
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit from a step is a step failure too
         result.error = "".join(traceback.format_exception(exc))
         result.error_type = type(exc).__name__
         result.outputs = []
     finally:
-        if pushed:
-            _active.remove(ctx)  # type: ignore[arg-type]
         result.duration = time.perf_counter() - t0
         result.ended_at = time.time()
         try:

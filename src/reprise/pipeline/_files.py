@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 from reprise.core._atomic import atomic_write_bytes
 from reprise.core._hashing import hash_bytes, hash_file, hash_value
@@ -122,6 +121,3 @@ class FileHasher:
         key = hash_bytes(str(path.resolve()).encode())
         return self.cache_dir / key[:2] / f"{key}.json"
 
-
-def describe_path_input(item: PathInput, h: str) -> dict[str, Any]:
-    return {"kind": item.kind, "path": str(item.path), "hash": h}

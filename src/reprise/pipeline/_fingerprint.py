@@ -30,7 +30,6 @@ import inspect
 import linecache
 import logging
 import os
-import re
 import site
 import sys
 import sysconfig
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from reprise.core._hashing import hash_bytes, hash_value
+from reprise.env import distribution_for_module, normalise_name
 
 __all__ = ["CodeFingerprint", "code_fingerprint", "is_user_module", "normalised_source_hash"]
 
@@ -58,14 +58,7 @@ _MISSING: Any = object()
 # would also tie cache keys to the checkout's location.
 _SKIP = frozenset({"__builtins__", "__cached__", "__doc__", "__file__", "__loader__",
                    "__name__", "__package__", "__path__", "__spec__"})
-# Import names whose distribution is named otherwise; each guess is checked
-# against the distribution's files before it is trusted.
-_DIST_GUESSES = {"reprise": ("reprise-ml",), "sklearn": ("scikit-learn",), "yaml": ("PyYAML",),
-                 "PIL": ("Pillow",), "skimage": ("scikit-image",), "attr": ("attrs",),
-                 "dateutil": ("python-dateutil",), "bs4": ("beautifulsoup4",),
-                 "cv2": ("opencv-python", "opencv-python-headless")}
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
-_NAME_RUN = re.compile(r"[-_.]+")
 
 
 @dataclass(frozen=True)
@@ -222,7 +215,7 @@ class _Walker:
 
     def add_dists(self, module_name: str) -> None:
         top = module_name.partition(".")[0]
-        for dist in _dists_for_top(top) or (_normalise(top),):
+        for dist in _dists_for_top(top) or (normalise_name(top),):
             self.distributions[dist] = _dist_version(dist)
 
     def visit(self, obj: object, mod: str, name: str, *, in_module: bool = True) -> None:
@@ -887,40 +880,10 @@ def _env_dirs() -> tuple[_Roots, _Roots, _Roots]:
     return norm(site_dirs), norm(stdlib_dirs), norm(prefixes)
 
 
-def _normalise(name: str) -> str:
-    return _NAME_RUN.sub("-", name).lower()
-
-
-@functools.cache
 def _dists_for_top(top: str) -> tuple[str, ...]:
     """Normalised names of the distributions providing top-level package ``top``."""
-    for guess in (top, *_DIST_GUESSES.get(top, ())):
-        if _provides(guess, top):
-            return (_normalise(guess),)
-    # The full map reads every installed distribution's file list: tens of ms, once.
-    return tuple(sorted({_normalise(d) for d in _top_level_map().get(top, ())}))
-
-
-def _provides(dist_name: str, top: str) -> bool:
-    from importlib import metadata  # lazily: it costs ~10 ms to import
-
-    try:
-        dist = metadata.distribution(dist_name)
-    except (metadata.PackageNotFoundError, ValueError):
-        return False
-    listed = dist.read_text("top_level.txt")
-    if listed is not None:
-        return top in listed.split()
-    record = dist.read_text("RECORD") or ""
-    pattern = rf"^{re.escape(top)}(/|\.py,|\.[^/,]*\.(so|pyd),)"
-    return re.search(pattern, record, re.MULTILINE) is not None
-
-
-@functools.cache
-def _top_level_map() -> Mapping[str, list[str]]:
-    from importlib import metadata
-
-    return metadata.packages_distributions()
+    dist = distribution_for_module(top)
+    return (dist,) if dist is not None else ()
 
 
 @functools.cache

@@ -3,6 +3,7 @@ artifact, down to the raw input files, with every hash."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from reprise.core._hashing import is_hash
@@ -19,77 +20,55 @@ def lineage(ws: Any, ref: str) -> dict[str, Any]:
     """
     meta = ws.metadata
     if is_hash(ref):
-        return {"kind": "artifact", "root": ref, "nodes": [_artifact_node(meta, ref, None, {})]}
+        def any_producer(_: dict[str, Any] | None, h: str) -> dict[str, Any] | None:
+            producers = meta.producers_of(h)
+            return producers[0] if producers else None
+
+        return {"kind": "artifact", "root": ref,
+                "nodes": [_node(ref, None, any_producer(None, ref), any_producer, {})]}
     try:
         rec = meta.get_run(ref)
     except NotFoundError:
         raise NotFoundError(f"no run or artifact {ref!r}; give a run id (or a prefix) or a "
                             "full 64-character artifact hash.") from None
     steps = meta.get_step_runs(rec.id)
+    position = {st["id"]: i for i, st in enumerate(steps)}
+
+    def earlier_producer(consumer: dict[str, Any] | None, h: str) -> dict[str, Any] | None:
+        # the latest earlier step of the run: a step that passes its input through
+        # unchanged is then not its own producer
+        end = position[consumer["id"]] if consumer is not None else len(steps)
+        return next((st for st in reversed(steps[:end])
+                     if any(o["hash"] == h for o in st["outputs"])), None)
+
     consumed = {i["hash"] for st in steps for i in st["inputs"]}
     seen: dict[str, Any] = {}
-    roots = []
-    for st in steps:
-        for o in st["outputs"]:
-            if o["hash"] not in consumed:
-                roots.append(_step_node(meta, o["hash"], o["name"], st, seen, steps))
+    roots = [_node(o["hash"], o["name"], st, earlier_producer, seen)
+             for st in steps for o in st["outputs"] if o["hash"] not in consumed]
     return {"kind": "run", "root": rec.id, "pipeline": rec.tags.get("reprise.pipeline"),
             "nodes": roots}
 
 
-def _step_node(meta: Any, h: str, name: str, st: dict[str, Any], seen: dict[str, Any],
-               steps: list[dict[str, Any]]) -> dict[str, Any]:
-    """Output ``h`` of run step ``st``; its inputs resolve to earlier steps of the run
-    (latest first), so a step passing its input through is not its own producer."""
+Producer = Callable[[dict[str, Any] | None, str], dict[str, Any] | None]
+
+
+def _node(h: str, name: str | None, st: dict[str, Any] | None, producer: Producer,
+          seen: dict[str, Any]) -> dict[str, Any]:
+    """Artifact ``h`` as output of step run ``st`` (None: no recorded producer),
+    with that step's inputs resolved by ``producer`` down to the raw files."""
+    node: dict[str, Any] = {"hash": h, "name": name, "kind": "artifact"}
+    if st is None:
+        return node
     key = f"{st['id']}:{h}"
     if key in seen:
-        return {"hash": h, "name": name, "kind": "artifact", "repeated": True,
-                "produced_by": seen[key]}
-    info = {"step": st["step_name"], "step_run": st["id"], "run": st["run_id"],
-            "status": st["status"], "cache_key": st["cache_key"]}
-    seen[key] = info
-    idx = next(i for i, s in enumerate(steps) if s["id"] == st["id"])
-    inputs = []
-    for x in st["inputs"]:
-        if x.get("source") is not None:
-            inputs.append({"hash": x["hash"], "name": x["name"], "kind": "input",
-                           "source": x["source"]})
-            continue
-        prod = next((s for s in reversed(steps[:idx])
-                     if any(o["hash"] == x["hash"] for o in s["outputs"])), None)
-        if prod is None:
-            inputs.append(_artifact_node(meta, x["hash"], x["name"], seen))
-        else:
-            inputs.append(_step_node(meta, x["hash"], x["name"], prod, seen, steps))
-    return {"hash": h, "name": name, "kind": "artifact", "produced_by": {**info, "inputs": inputs}}
-
-
-def _artifact_node(meta: Any, h: str, name: str | None, seen: dict[str, Any],
-                   local: dict[str, Any] | None = None, source: str | None = None
-                   ) -> dict[str, Any]:
-    node: dict[str, Any] = {"hash": h, "name": name}
-    if source is not None:
-        node.update(kind="input", source=source)
-        return node
-    if h in seen:
-        node.update(kind="artifact", repeated=True, produced_by=seen[h])
-        return node
-    st = (local or {}).get(h)
-    if st is None:
-        producers = meta.producers_of(h)
-        st = producers[0] if producers else None
-    if st is None:
-        node["kind"] = "artifact"
-        return node
-    step_info = {"step": st["step_name"], "step_run": st["id"], "run": st["run_id"],
-                 "status": st["status"], "cache_key": st["cache_key"]}
-    seen[h] = step_info
-    step_info = dict(step_info)
-    step_info["inputs"] = [
-        _artifact_node(meta, i["hash"], i["name"], seen, local, i.get("source"))
-        for i in st["inputs"]]
-    node.update(kind="artifact", produced_by=step_info)
-    return node
+        return {**node, "repeated": True, "produced_by": seen[key]}
+    info = seen[key] = {"step": st["step_name"], "step_run": st["id"], "run": st["run_id"],
+                        "status": st["status"], "cache_key": st["cache_key"]}
+    inputs = [{"hash": x["hash"], "name": x["name"], "kind": "input", "source": x["source"]}
+              if x.get("source") is not None
+              else _node(x["hash"], x["name"], producer(st, x["hash"]), producer, seen)
+              for x in st["inputs"]]
+    return {**node, "produced_by": {**info, "inputs": inputs}}
 
 
 def _edges(tree: dict[str, Any]) -> tuple[dict[str, str], list[tuple[str, str]]]:

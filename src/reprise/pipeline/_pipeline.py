@@ -20,7 +20,7 @@ from typing import Any
 
 from reprise.core._hashing import canonical_json
 from reprise.core.errors import UserError
-from reprise.pipeline._files import Dir, File, PathInput
+from reprise.pipeline._files import PathInput
 from reprise.pipeline._step import (
     Outputs,
     PipelineDefinitionError,
@@ -346,5 +346,3 @@ def _convert(pipeline_name: str, pname: str, value: Any, ann: Any) -> Any:
         return parsed
     return value
 
-
-__all__ += ["File", "Dir"]

@@ -12,7 +12,6 @@ reused, is journaled with its inputs and outputs: the lineage graph.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections import deque
@@ -30,7 +29,7 @@ from reprise.pipeline._execute import Task, TaskResult, module_file
 from reprise.pipeline._executors import Executor, LocalExecutor
 from reprise.pipeline._files import FileHasher, PathInput
 from reprise.pipeline._pipeline import Graph, Node, Pipeline
-from reprise.pipeline._step import Step, StepOutput, join_outputs
+from reprise.pipeline._step import StepOutput, join_outputs
 
 __all__ = ["NodeState", "PipelineResult", "StepFailedError", "run_pipeline", "step_seed"]
 
@@ -106,18 +105,6 @@ def step_seed(run_seed: int, step_name: str) -> int:
     return int(hash_value({"seed": run_seed, "step": step_name})[:8], 16) & 0x7FFFFFFF
 
 
-_FP_CACHE: dict[int, Any] = {}
-
-
-def _fingerprint(step_: Step, user_roots: list[str]) -> Any:
-    from reprise.pipeline._fingerprint import code_fingerprint
-
-    fp = _FP_CACHE.get(id(step_.func))
-    if fp is None:
-        fp = _FP_CACHE[id(step_.func)] = code_fingerprint(step_.func, user_roots=user_roots)
-    return fp
-
-
 def run_pipeline(pipe: Pipeline, raw_params: Mapping[str, Any], *, seed: int = 0,
                  workers: int | None = None, cache: bool = True, force: Iterable[str] = (),
                  workspace: Any = None, progress: Any = None, steps: Iterable[str] | None = None,
@@ -146,7 +133,10 @@ def run_pipeline(pipe: Pipeline, raw_params: Mapping[str, Any], *, seed: int = 0
     mod_file = module_file(pipe.module)
     if mod_file:
         user_roots.append(str(Path(mod_file).parent))
-    fps = {n: _fingerprint(node.step, user_roots) for n, node in graph.nodes.items()}
+    from reprise.pipeline._fingerprint import code_fingerprint
+
+    fps = {n: code_fingerprint(node.step.func, user_roots=user_roots)
+           for n, node in graph.nodes.items()}
     raw_inputs = _hash_path_inputs(graph, hasher, store)
     snapshot = _code_snapshot(ws, pipe, fps, store, mod_file)
     params_record = {k: (_path_record(v, raw_inputs) if isinstance(v, PathInput) else v)
@@ -296,7 +286,7 @@ def _prepare(ctx: _RunContext, node: Node) -> tuple[str, Task, dict[str, Any]]:
     task_inputs: dict[str, tuple[str, Any]] = {}
     for pname, value in node.inputs.items():
         if isinstance(value, StepOutput):
-            out = next(o for o in ctx.states[value.node].outputs if o["name"] == value.name)
+            out = _output(ctx, value)
             input_hashes[pname] = out["hash"]
             task_inputs[pname] = ("artifact", {"hash": out["hash"],
                                                "materializer": out["materializer"],
@@ -328,12 +318,16 @@ def _prepare(ctx: _RunContext, node: Node) -> tuple[str, Task, dict[str, Any]]:
     return key, task, parts
 
 
+def _output(ctx: _RunContext, ref: StepOutput) -> dict[str, Any]:
+    """The stored record of upstream output ``ref``."""
+    return next(o for o in ctx.states[ref.node].outputs if o["name"] == ref.name)
+
+
 def _inputs_record(ctx: _RunContext, node: Node) -> list[dict[str, Any]]:
     out = []
     for pname, value in node.inputs.items():
         if isinstance(value, StepOutput):
-            o = next(o for o in ctx.states[value.node].outputs if o["name"] == value.name)
-            out.append({"name": pname, "hash": o["hash"]})
+            out.append({"name": pname, "hash": _output(ctx, value)["hash"]})
         elif isinstance(value, PathInput):
             raw = ctx.raw_inputs[str(value.path)]
             out.append({"name": pname, **raw["artifact"], "source": str(value.path)})
@@ -410,16 +404,9 @@ def _hash_path_inputs(graph: Graph, hasher: FileHasher, store: Any) -> dict[str,
             art = {"hash": content, "size": store.size(content), "kind": "file",
                    "materializer": "file", "meta": {"name": item.path.name}}
         else:
-            art = _saved_dict(save_object(store, Path(item.path)))
+            art = save_object(store, Path(item.path)).to_dict()
         out[key] = {"content_hash": content, "artifact": art}
     return out
-
-
-def _saved_dict(saved: Any) -> dict[str, Any]:
-    if isinstance(saved, dict):
-        return dict(saved)
-    return {"hash": saved.hash, "size": saved.size, "kind": saved.kind,
-            "materializer": saved.materializer, "meta": dict(saved.meta)}
 
 
 def _path_record(value: PathInput, raw: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -451,6 +438,3 @@ def _code_snapshot(ws: Any, pipe: Pipeline, fps: dict[str, Any], store: Any,
         files.add(mod_file)
     return snapshot_files(sorted(files), Path(ws.root), store)
 
-
-def default_workers() -> int:
-    return os.cpu_count() or 1

@@ -54,15 +54,8 @@ def snapshot_files(files: Sequence[str], root: Path, store: Any) -> dict[str, An
         saved = save_object(store, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    art = _as_dict(saved)
+    art = saved.to_dict()
     art["meta"] = {**art.get("meta", {}), "files": [e[0] for e in entries]}
     index.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(index, json.dumps(art, sort_keys=True).encode())
     return art
-
-
-def _as_dict(saved: Any) -> dict[str, Any]:
-    if isinstance(saved, dict):
-        return dict(saved)
-    return {"hash": saved.hash, "size": saved.size, "kind": saved.kind,
-            "materializer": saved.materializer, "meta": dict(saved.meta)}

@@ -248,9 +248,7 @@ class Run:
             )
         validate_artifact_name(name)
         record = save_object(self.workspace.artifacts, obj)
-        self._writer.event("A", {"name": name, "hash": record.hash, "size": record.size,
-                                 "kind": record.kind, "materializer": record.materializer,
-                                 "meta": record.meta, "created": record.created})
+        self.record_artifact(name, {**record.to_dict(), "created": record.created})
         return record
 
     def record_artifact(self, name: str, artifact: dict[str, Any]) -> None:
