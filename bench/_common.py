@@ -33,8 +33,14 @@ def median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float]
 
 def command_time(argv: list[str], repeats: int, env: dict[str, str] | None = None,
                  cwd: Path | None = None) -> tuple[float, list[float]]:
-    """Median wall seconds of running ``argv`` to completion (after one warm-up)."""
+    """Median wall seconds of running ``argv`` to completion (after one warm-up).
+
+    Bytecode writing is left on (a user's default) so every tool, peer or Reprise,
+    starts from cached ``.pyc`` files after the warm-up run, even when the shell
+    running the benchmarks sets ``PYTHONDONTWRITEBYTECODE``.
+    """
     run_env = {**os.environ, **(env or {})}
+    run_env.pop("PYTHONDONTWRITEBYTECODE", None)
 
     def once() -> None:
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

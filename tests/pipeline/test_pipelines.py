@@ -262,6 +262,11 @@ def test_runs_checkout_writes_the_snapshot(project: Path, tmp_path: Path) -> Non
     (["run", "flow.py:demo", "-p", "n=abc"], "must be an integer"),
     (["run", "flow.py:demo", "-p", "zzz=1"], "has no parameter"),
     (["run", "flow.py:demo", "--force", "nope"], "no step(s) ['nope']"),
+    (["run", "flow.py:demo", "--seed", "x"], "invalid int value"),
+    (["run", "flow.py:demo", "--workers", "0"], "--workers must be 1 or more"),
+    (["run", "flow.py:demo", "--progress", "loud"], "--progress must be"),
+    (["run", "flow.py:demo", "--colour"], "unrecognized arguments: --colour"),
+    (["run"], "the following arguments are required: target"),
     (["verify", "00000000zz"], "no run"),
     (["lineage", "00000000zz"], "no run or artifact"),
 ])
@@ -270,3 +275,27 @@ def test_user_errors_exit_2(project: Path, args: list[str], needle: str) -> None
     assert res.returncode == 2, res.stderr
     assert needle in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_run_help_goes_through_typer(project: Path) -> None:
+    res = cli(project, "run", "flow.py:demo", "--help")
+    assert "Run a pipeline" in res.stdout and "--no-cache" in res.stdout
+
+
+def test_fast_run_parser_accepts_exactly_the_typer_options() -> None:
+    """``reprise run`` is parsed by argparse for start-up time; it must not drift from
+    the Typer command that ``--help`` documents."""
+    import typer.main
+
+    from reprise.cli._app import app
+    from reprise.cli._run import fast_parser
+
+    group = typer.main.get_command(app)
+    command = group.commands["run"]  # type: ignore[attr-defined]
+    typer_opts = {opt: p.default for p in command.params for opt in p.opts
+                  if opt.startswith("-")}
+    fast = fast_parser()
+    fast_opts = {opt: a.default for a in fast._actions for opt in a.option_strings}
+    assert set(fast_opts) == set(typer_opts)
+    for opt, default in typer_opts.items():
+        assert fast_opts[opt] in (default, [] if default is None else default), opt

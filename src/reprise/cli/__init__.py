@@ -13,11 +13,18 @@ def main(argv: list[str] | None = None) -> None:
 
     User errors print one line and exit 2; bugs show a traceback and exit 1.
     """
-    from reprise.cli._app import app
     from reprise.core.errors import UserError
 
+    args = sys.argv[1:] if argv is None else argv
     try:
-        code = app(args=argv, standalone_mode=False)
+        if _fast_run(args):
+            from reprise.cli._run import fast_run
+
+            code: Any = fast_run(args[1:])
+        else:
+            from reprise.cli._app import app
+
+            code = app(args=args, standalone_mode=False)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -42,3 +49,8 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(1)
         raise
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _fast_run(args: list[str]) -> bool:
+    """``reprise run`` without help skips Typer's start-up (see ``reprise.cli._run``)."""
+    return bool(args) and args[0] == "run" and not {"--help", "-h"} & set(args[1:])

@@ -218,29 +218,13 @@ def run(
     as_json: JsonOpt = False,
 ) -> None:
     """Run a pipeline: unchanged steps are reused from the cache."""
-    from reprise.core.errors import UserError
-    from reprise.pipeline._load import load_pipeline
-    from reprise.pipeline._progress import make_progress
-    from reprise.pipeline._runner import StepFailedError, run_pipeline
+    from reprise.cli._run import run_command
 
-    if progress not in ("auto", "live", "lines", "none"):
-        raise UserError(f"--progress must be auto, live, lines or none, not {progress!r}.")
-    ws = _ws()
-    pipe = load_pipeline(target)
-    params = render.parse_pairs(param or [], "-p")
-    try:
-        result = run_pipeline(pipe, params, seed=seed, workers=workers, cache=not no_cache,
-                              force=force or (), workspace=ws, steps=steps or None,
-                              progress=make_progress("none" if as_json else progress))
-    except StepFailedError as exc:
-        typer.echo(exc.error, err=True)
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
-    if as_json:
-        render.print_json({"run_id": result.run_id, "status": result.status,
-                           "executed": result.executed, "reused": result.reused,
-                           "duration": result.duration, "time_saved": result.time_saved,
-                           "outputs": result.output_hashes()})
+    code = run_command(target, params=param or [], seed=seed, workers=workers,
+                       no_cache=no_cache, force=force or [], steps=steps or [],
+                       progress=progress, as_json=as_json)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()
