@@ -4,9 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 PIP_FLAGS := -q --disable-pip-version-check
-# PyTorch pin (CPU build from the machine's local wheel). GPU users: make ... TORCH_SPEC='torch==2.13.0+cu128'
+# PyTorch (the `torch` extra, part of dev) is pinned in constraints.txt as torch==2.13.0, which
+# resolves to the machine's CPU build. GPU users: make test TORCH_SPEC='torch==2.13.0+cu128'
 TORCH_SPEC ?= torch==2.13.0
-export TORCH_SPEC
 
 .PHONY: demo test test-reliability bench lint install install-dev install-bench clean help
 
@@ -25,7 +25,7 @@ $(VENV)/.stamp-core: $(PY) pyproject.toml constraints.txt
 	@touch $@
 
 $(VENV)/.stamp-dev: $(VENV)/.stamp-core
-	$(PIP) $(PIP_FLAGS) install -c constraints.txt -e '.[dev]'
+	$(PIP) $(PIP_FLAGS) install -c constraints.txt -e '.[dev]' '$(TORCH_SPEC)'
 	@touch $@
 
 $(VENV)/.stamp-bench: $(VENV)/.stamp-dev

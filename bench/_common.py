@@ -32,8 +32,9 @@ def median_time(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float]
 
 
 def command_time(argv: list[str], repeats: int, env: dict[str, str] | None = None,
-                 cwd: Path | None = None) -> tuple[float, list[float]]:
-    """Median wall seconds of running ``argv`` to completion (after one warm-up).
+                 cwd: Path | None = None, warmup: bool = True) -> tuple[float, list[float]]:
+    """Median wall seconds of running ``argv`` to completion (after one warm-up, unless
+    ``warmup`` is false: for commands that change state, such as adding a file).
 
     Bytecode writing is left on (a user's default) so every tool, peer or Reprise,
     starts from cached ``.pyc`` files after the warm-up run, even when the shell
@@ -46,7 +47,8 @@ def command_time(argv: list[str], repeats: int, env: dict[str, str] | None = Non
         subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        env=run_env, cwd=cwd)
 
-    once()
+    if warmup:
+        once()
     return median_time(once, repeats)
 
 

@@ -2,7 +2,10 @@
 embedded SQLite workspace, driven through the CLI as a user would.
 
 1. ``reprise init`` a fresh workspace in examples/tabular;
-2. ``reprise run pipeline.py:tabular`` executes every step;
+2. ``reprise data add`` registers the data as ``cancer@1``, validated against its
+   pandera schema and profiled; a damaged copy is refused with a report;
+2. ``reprise run pipeline.py:tabular`` executes every step, reading ``cancer@latest``
+   and splitting it deterministically by id;
 3. the same command again reuses every step from the cache;
 4. ``reprise verify`` re-executes the first run with the cache off and proves
    every output identical;
@@ -23,20 +26,42 @@ HERE = Path(__file__).resolve().parent
 PROJECT = HERE / "tabular"
 
 
-def reprise(*args: str, capture: bool = False) -> str:
+def export_data() -> Path:
+    """The breast-cancer table as a CSV with an id column, as an export would arrive."""
+    from sklearn.datasets import load_breast_cancer
+
+    frame = load_breast_cancer(as_frame=True).frame
+    frame.columns = [c.replace(" ", "_") for c in frame.columns]
+    frame.insert(0, "id", range(100_001, 100_001 + len(frame)))
+    out = PROJECT / "data" / "cancer.csv"
+    out.parent.mkdir(exist_ok=True)
+    frame.to_csv(out, index=False)
+    bad = frame.copy()
+    bad.loc[7, "mean_radius"] = -3.0
+    bad.loc[12, "id"] = bad.loc[11, "id"]
+    bad.to_csv(out.with_name("cancer-damaged.csv"), index=False)
+    return out
+
+
+def reprise(*args: str, capture: bool = False, expect: int = 0) -> str:
     cmd = [sys.executable, "-m", "reprise.cli", *args]
     print(f"\n$ reprise {' '.join(args)}", flush=True)
     env = {k: v for k, v in os.environ.items() if k != "REPRISE_WORKSPACE"}
     res = subprocess.run(cmd, cwd=PROJECT, env=env, text=True,
                          stdout=subprocess.PIPE if capture else None)
-    if res.returncode != 0:
+    if res.returncode != expect:
         sys.exit(f"demo: `reprise {' '.join(args)}` exited with {res.returncode}")
     return res.stdout or ""
 
 
 def main() -> None:
     shutil.rmtree(PROJECT / ".reprise", ignore_errors=True)
+    export_data()
     reprise("init", ".")
+    reprise("data", "add", "cancer", "data/cancer.csv", "--schema", "schema.py:schema")
+    print("\n(the damaged export is refused, and nothing is registered:)")
+    reprise("data", "add", "cancer", "data/cancer-damaged.csv", expect=2)
+    reprise("data", "show", "cancer@1")
     first = json.loads(reprise("run", "pipeline.py:tabular", "-p", "C=0.5", "--json",
                                capture=True))
     print(f"first run {first['run_id']}: executed {len(first['executed'])} step(s), "

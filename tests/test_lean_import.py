@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 HEAVY = ["torch", "sklearn", "fastapi", "uvicorn", "starlette", "sqlalchemy", "alembic",
-         "pandas", "pyarrow", "fsspec", "mlflow", "psutil"]
+         "pandas", "pyarrow", "fsspec", "mlflow", "psutil", "pandera", "pydantic"]
 
 
 def _loaded(code: str) -> set[str]:
@@ -22,7 +22,12 @@ def test_import_reprise_loads_nothing_heavy() -> None:
 
 
 def test_cli_module_loads_nothing_heavy() -> None:
-    assert not _loaded("import reprise.cli._app") & set(HEAVY)
+    assert not _loaded("import reprise.cli._app") & (set(HEAVY) - {"pydantic"})  # typer's
+
+
+def test_data_package_and_fast_cli_path_load_nothing_heavy() -> None:
+    assert not _loaded("import reprise.data") & set(HEAVY)
+    assert not _loaded("import reprise.cli._fast") & set(HEAVY)
 
 
 def test_public_api_is_pinned() -> None:
@@ -32,6 +37,7 @@ def test_public_api_is_pinned() -> None:
         "__version__", "Materializer", "Run", "RunStatus", "Workspace", "active_run", "errors",
         "init", "log_artifact", "log_metric", "log_metrics", "log_param", "log_params",
         "open_workspace", "register_materializer", "set_tag", "start_run",
-        "step", "pipeline", "File", "Dir", "Pipeline", "Step"])
+        "step", "pipeline", "File", "Dir", "Pipeline", "Step",
+        "Dataset", "add_dataset", "split", "make_loader"])
     for name in reprise.__all__:
         assert getattr(reprise, name) is not None

@@ -1,8 +1,10 @@
 """A small but realistic tabular pipeline on scikit-learn's breast-cancer data
-(shipped with scikit-learn, no download): load -> validate -> split -> featurize
--> train -> evaluate.
+(shipped with scikit-learn, no download), read from the registered, validated
+dataset version ``cancer@latest``: load -> validate -> split -> featurize -> train
+-> evaluate.
 
-    reprise run examples/tabular/pipeline.py:tabular -p C=0.5
+    reprise data add cancer data/cancer.csv --schema schema.py:schema
+    reprise run pipeline.py:tabular -p C=0.5
 """
 
 from __future__ import annotations
@@ -10,49 +12,37 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from features import fit_scaler, standardize  # a helper module of this project
+from schema import schema  # the dataset's pandera schema, also a module of this project
 
 import reprise
-from reprise import step
+from reprise import Dataset, step
 
 
 @step
-def load() -> pd.DataFrame:
-    from sklearn.datasets import load_breast_cancer
-
-    data = load_breast_cancer(as_frame=True)
-    frame = data.frame.copy()
-    frame.columns = [c.replace(" ", "_") for c in frame.columns]
-    return frame
+def load(data: Dataset) -> pd.DataFrame:
+    return data.to_pandas()
 
 
 @step
 def validate(frame: pd.DataFrame) -> pd.DataFrame:
-    """Basic expectations; a failure stops the pipeline before training."""
-    problems = []
-    if len(frame) < 100:
-        problems.append(f"only {len(frame)} rows")
-    if frame.isna().any().any():
-        problems.append("missing values in " + ", ".join(frame.columns[frame.isna().any()]))
-    if set(frame["target"].unique()) - {0, 1}:
-        problems.append("target is not binary")
-    if problems:
-        raise ValueError("data validation failed: " + "; ".join(problems))
+    """Re-check the contract; a failure stops the pipeline before training."""
+    reprise.data.validate_frame(frame, schema)
     reprise.log_metric("rows", len(frame))
     return frame
 
 
 @step
 def split(frame: pd.DataFrame, test_fraction: float) -> tuple[pd.DataFrame, pd.DataFrame]:
-    order = np.random.permutation(len(frame))  # numpy's global RNG: seeded per step by Reprise
-    n_test = int(len(frame) * test_fraction)
-    test, train = frame.iloc[order[:n_test]], frame.iloc[order[n_test:]]
-    return train.reset_index(drop=True), test.reset_index(drop=True)
+    # by hashing each row's id: a row keeps its split when rows are added, on every machine
+    parts = reprise.split(frame, by="id", stratify="target", seed=0,
+                          fractions={"train": 1 - test_fraction, "test": test_fraction})
+    return parts["train"].reset_index(drop=True), parts["test"].reset_index(drop=True)
 
 
 @step
 def featurize(train: pd.DataFrame, test: pd.DataFrame
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
-    features = [c for c in train.columns if c != "target"]
+    features = [c for c in train.columns if c not in ("id", "target")]
     scaler = fit_scaler(train[features].to_numpy())
     x_train = standardize(train[features].to_numpy(), scaler)
     x_test = standardize(test[features].to_numpy(), scaler)
@@ -85,9 +75,13 @@ def evaluate(model: dict, x: np.ndarray, y: np.ndarray) -> dict:
     return metrics
 
 
+CANCER = Dataset("cancer@latest")  # the newest registered version, resolved once per run
+
+
 @reprise.pipeline
-def tabular(C: float = 1.0, test_fraction: float = 0.25, max_iter: int = 500):
-    frame = validate(load())
+def tabular(data: Dataset = CANCER, C: float = 1.0,
+            test_fraction: float = 0.25, max_iter: int = 500):
+    frame = validate(load(data))
     train, test = split(frame, test_fraction)
     x_train, y_train, x_test, y_test, _prep = featurize(train, test)
     model = train_model(x_train, y_train, C, max_iter)

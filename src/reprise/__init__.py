@@ -40,12 +40,17 @@ _EXPORTS: dict[str, str] = {
     "Dir": "reprise.pipeline",
     "Pipeline": "reprise.pipeline",
     "Step": "reprise.pipeline",
+    "Dataset": "reprise.data",
+    "add_dataset": "reprise.data",
+    "split": "reprise.data",
+    "make_loader": "reprise.data",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 if TYPE_CHECKING:
     from reprise.core import RunStatus, errors
+    from reprise.data import Dataset, add_dataset, make_loader, split
     from reprise.pipeline import Dir, File, Pipeline, Step, pipeline, step
     from reprise.store import Materializer, Workspace, register_materializer
     from reprise.tracking import (

@@ -282,20 +282,25 @@ def test_run_help_goes_through_typer(project: Path) -> None:
     assert "Run a pipeline" in res.stdout and "--no-cache" in res.stdout
 
 
-def test_fast_run_parser_accepts_exactly_the_typer_options() -> None:
-    """``reprise run`` is parsed by argparse for start-up time; it must not drift from
-    the Typer command that ``--help`` documents."""
+@pytest.mark.parametrize("words", [("run",), ("data", "add")])
+def test_fast_parsers_accept_exactly_the_typer_options(words: tuple[str, ...]) -> None:
+    """Hot commands are parsed by argparse for start-up time; they must not drift from
+    the Typer commands that ``--help`` documents."""
     import typer.main
 
     from reprise.cli._app import app
-    from reprise.cli._run import fast_parser
+    from reprise.cli._fast import parsers
 
-    group = typer.main.get_command(app)
-    command = group.commands["run"]  # type: ignore[attr-defined]
+    command: Any = typer.main.get_command(app)
+    for word in words:
+        command = command.commands[word]
     typer_opts = {opt: p.default for p in command.params for opt in p.opts
                   if opt.startswith("-")}
-    fast = fast_parser()
+    typer_args = [p.name for p in command.params if not p.opts[0].startswith("-")]
+    fast = parsers[words][0]()
     fast_opts = {opt: a.default for a in fast._actions for opt in a.option_strings}
+    fast_args = [a.dest for a in fast._actions if not a.option_strings]
     assert set(fast_opts) == set(typer_opts)
+    assert fast_args == typer_args
     for opt, default in typer_opts.items():
         assert fast_opts[opt] in (default, [] if default is None else default), opt

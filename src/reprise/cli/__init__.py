@@ -17,11 +17,10 @@ def main(argv: list[str] | None = None) -> None:
 
     args = sys.argv[1:] if argv is None else argv
     try:
-        if _fast_run(args):
-            from reprise.cli._run import fast_run
+        from reprise.cli._fast import dispatch
 
-            code: Any = fast_run(args[1:])
-        else:
+        code: Any = dispatch(args)
+        if code is None:
             from reprise.cli._app import app
 
             code = app(args=args, standalone_mode=False)
@@ -49,8 +48,3 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(1)
         raise
     sys.exit(code if isinstance(code, int) else 0)
-
-
-def _fast_run(args: list[str]) -> bool:
-    """``reprise run`` without help skips Typer's start-up (see ``reprise.cli._run``)."""
-    return bool(args) and args[0] == "run" and not {"--help", "-h"} & set(args[1:])

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from reprise.cli import _render as render
+from reprise.cli._data import data_app
 
 app = typer.Typer(
     name="reprise",
@@ -25,6 +26,7 @@ runs_app = typer.Typer(help="List, show and compare runs.", no_args_is_help=True
 env_app = typer.Typer(help="Show and compare environment fingerprints.", no_args_is_help=True)
 app.add_typer(runs_app, name="runs")
 app.add_typer(env_app, name="env")
+app.add_typer(data_app, name="data")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -218,7 +220,7 @@ def run(
     as_json: JsonOpt = False,
 ) -> None:
     """Run a pipeline: unchanged steps are reused from the cache."""
-    from reprise.cli._run import run_command
+    from reprise.cli._fast import run_command
 
     code = run_command(target, params=param or [], seed=seed, workers=workers,
                        no_cache=no_cache, force=force or [], steps=steps or [],

@@ -65,6 +65,10 @@ def _dur(seconds: float | None) -> str:
 
 
 def _fmt(value: Any) -> str:
+    if isinstance(value, dict) and "$input" in value:  # a dataset (or other workspace) input
+        asked = str(value["$input"]).partition(":")[2]
+        resolved = value.get("resolved")
+        return f"{resolved} (as {asked})" if resolved and resolved != asked else str(resolved)
     if isinstance(value, float):
         return f"{value:.6g}"
     if value is None:
@@ -285,3 +289,81 @@ def lineage_tree(tree: dict[str, Any]) -> None:
     for n in tree["nodes"]:
         add(root, n)
     _console().print(root)
+
+
+def timestamp(ts: float | None) -> str:
+    return _time(ts)
+
+
+def table(columns: list[str], rows: list[list[Any]], title: str | None = None) -> None:
+    from rich.table import Table
+
+    t = Table(box=None, header_style="bold", title=title, title_justify="left")
+    for col in columns:
+        t.add_column(col)
+    for row in rows:
+        t.add_row(*(_fmt(v) for v in row))
+    _console().print(t)
+
+
+def dataset_detail(rec: Any) -> None:
+    con = _console()
+    con.print(f"[bold]{rec.ref}[/]  {rec.format}  "
+              f"{'' if rec.rows is None else str(rec.rows) + ' rows  '}"
+              f"{human_bytes(rec.meta.get('size') or 0)}  added {_time(rec.created_at)}")
+    con.print(f"hash    {rec.artifact_hash}")
+    con.print(f"source  {rec.meta.get('source', '-')}")
+    if rec.meta.get("schema"):
+        con.print(f"schema  {rec.meta['schema']}")
+    if "validation" in rec.meta:
+        v = rec.meta["validation"]
+        con.print(f"validated  {v['rows']} rows, {v['failing_rows']} failing")
+    if "quarantine" in rec.meta:
+        q = rec.meta["quarantine"]
+        con.print(f"quarantine {q['rows']} rows in artifact {q['hash'][:12]}")
+    profile = rec.profile or {}
+    columns = profile.get("columns") or {}
+    if columns:
+        rows = []
+        for name, c in columns.items():
+            top = c.get("top") or []
+            tops = ", ".join(f"{v}({n})" for v, n in top[:3]) if top else ""
+            rows.append([name, c.get("type"), c.get("nulls"), c.get("distinct"), c.get("min"),
+                         c.get("max"), c.get("mean"), c.get("std"), tops])
+        table(["column", "type", "nulls", "distinct", "min", "max", "mean", "std", "top"], rows,
+              title="profile")
+    elif profile:
+        con.print("profile " + json.dumps({k: v for k, v in profile.items()
+                                           if k != "format_version"}, default=str))
+
+
+def dataset_diff(d: dict[str, Any]) -> None:
+    con = _console()
+    if d.get("identical"):
+        con.print(f"{d['old']} and {d['new']} hold identical bytes")
+        return
+    con.print(f"[bold]{d['old']} -> {d['new']}[/]")
+    for key in ("rows", "files", "bytes"):  # tables have rows; folders of files the others
+        change = d.get(key)
+        if isinstance(change, dict) and "old" in change:
+            con.print(f"{key}  {change.get('old')} -> {change.get('new')}")
+    if isinstance(d.get("extensions"), dict):
+        con.print("extensions  " + json.dumps(d["extensions"], default=str))
+    for key, label in (("columns_added", "added"), ("columns_removed", "removed")):
+        if d.get(key):
+            con.print(f"columns {label}: {', '.join(map(str, d[key]))}")
+    for change in d.get("type_changes") or []:
+        col, old, new = (change if isinstance(change, (list, tuple))
+                         else (change.get("column"), change.get("old"), change.get("new")))
+        con.print(f"[yellow]type changed[/] {col}: {old} -> {new}")
+    changes = d.get("columns") or {}
+    if changes:
+        out = []
+        for col, stats in changes.items():
+            for stat, delta in stats.items():
+                if isinstance(delta, dict) and "old" in delta and "new" in delta:
+                    out.append([col, stat, delta["old"], delta["new"]])
+                elif delta not in (None, [], {}):
+                    out.append([col, stat, "", delta])
+        if out:
+            table(["column", "statistic", "old", "new"], out)

@@ -21,12 +21,20 @@ from reprise.core._hashing import (
 )
 from reprise.core._ids import new_id, shortest_unique_prefixes
 from reprise.core._lazy import require
-from reprise.core._types import ArtifactRecord, MetricPoint, RunKind, RunRecord, RunStatus
+from reprise.core._types import (
+    ArtifactRecord,
+    DatasetRecord,
+    MetricPoint,
+    RunKind,
+    RunRecord,
+    RunStatus,
+)
 
 __all__ = [
     "TMP_PREFIX",
     "WORKSPACE_DIR",
     "ArtifactRecord",
+    "DatasetRecord",
     "Config",
     "MetricPoint",
     "RunKind",

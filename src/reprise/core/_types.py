@@ -9,6 +9,7 @@ from typing import Any
 
 __all__ = [
     "ArtifactRecord",
+    "DatasetRecord",
     "MetricPoint",
     "RunKind",
     "RunRecord",
@@ -61,6 +62,29 @@ class ArtifactRecord:
         """The fields journals and cache entries carry (``created`` is theirs to set)."""
         return {"hash": self.hash, "size": self.size, "kind": self.kind,
                 "materializer": self.materializer, "meta": dict(self.meta)}
+
+
+@dataclass
+class DatasetRecord:
+    """One immutable dataset version, ``name@version``."""
+
+    name: str
+    version: int
+    artifact_hash: str
+    """The registered bytes (the source file, or the clean rows after quarantine)."""
+    format: str
+    """``csv``, ``parquet``, ``jsonl``, ``files`` (a directory) or ``file`` (opaque bytes)."""
+    rows: int | None
+    schema: dict[str, Any] | None
+    """Column name -> Arrow type string, in column order (None for non-tabular data)."""
+    profile: dict[str, Any] | None
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Source path, size, validation summary, quarantine artifact, run id."""
+    created_at: float = 0.0
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}@{self.version}"
 
 
 @dataclass

@@ -146,6 +146,8 @@ def execute_task(task: Task, store: Any = None) -> TaskResult:
                 from reprise.pipeline._files import Dir, File
 
                 kwargs[name] = (Dir if payload["kind"] == "dir" else File)(payload["path"])
+            elif kind == "external":
+                kwargs[name] = _rebuild_external(payload)
             else:  # pragma: no cover - tasks are built by the runner
                 raise ValueError(f"unknown input kind {kind!r}")
         seed_generators(task.seed)
@@ -192,3 +194,14 @@ def module_file(module: str) -> str | None:
     mod = sys.modules.get(module)
     f = getattr(mod, "__file__", None)
     return str(Path(f).resolve()) if f else None
+
+
+def _rebuild_external(spec: dict[str, Any]) -> Any:
+    """Rebuild a workspace input (see ``_files.is_external``) in the worker process."""
+    import importlib
+
+    module, _, path = spec["factory"].partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj(spec["payload"])

@@ -121,3 +121,13 @@ class FileHasher:
         key = hash_bytes(str(path.resolve()).encode())
         return self.cache_dir / key[:2] / f"{key}.json"
 
+
+
+def is_external(value: object) -> bool:
+    """An input resolved from the workspace rather than passed by value: an object with
+    ``reprise_input_key()``, ``reprise_resolve(workspace)`` (returning ``content_hash``,
+    ``artifact``, ``source`` and ``rebuild`` = ``{"factory": "module:Class.method",
+    "payload": {...}}``) and the ``rebuild`` factory. ``reprise.data.Dataset`` is one;
+    the protocol keeps this layer from importing the data layer."""
+    return (not isinstance(value, type) and callable(getattr(value, "reprise_resolve", None))
+            and callable(getattr(value, "reprise_input_key", None)))

@@ -20,7 +20,7 @@ from typing import Any
 
 from reprise.core._hashing import canonical_json
 from reprise.core.errors import UserError
-from reprise.pipeline._files import PathInput
+from reprise.pipeline._files import PathInput, is_external
 from reprise.pipeline._step import (
     Outputs,
     PipelineDefinitionError,
@@ -157,7 +157,7 @@ class _Builder:
             raise PipelineDefinitionError(
                 f"step {node!r} ({callsite}): input {pname!r} is all outputs of step "
                 f"{value[0].node!r}; unpack them and pass one.")
-        if isinstance(value, PathInput):
+        if isinstance(value, PathInput) or is_external(value):
             return value
         if _contains_output(value):
             raise PipelineDefinitionError(
@@ -209,7 +209,7 @@ def storable_problem(ann: Any) -> str | None:
         return None
     if ann in (int, float, str, bool, bytes, bytearray, list, dict, tuple, type(None)):
         return None
-    if issubclass(ann, (PathInput, Path)):
+    if issubclass(ann, (PathInput, Path)) or callable(getattr(ann, "reprise_resolve", None)):
         return None
     if f"{ann.__module__}.{ann.__qualname__}" in _STORABLE_NAMES:
         return None
@@ -313,6 +313,9 @@ def _convert(pipeline_name: str, pname: str, value: Any, ann: Any) -> Any:
 
     if isinstance(ann, type) and issubclass(ann, PathInput):
         return value if isinstance(value, ann) else ann(value)
+    from_param = getattr(ann, "from_param", None) if isinstance(ann, type) else None
+    if callable(from_param):  # e.g. reprise.Dataset: "-p data=churn@3"
+        return value if isinstance(value, ann) else from_param(value)
     if not isinstance(value, str) or ann in (None, str, Any):
         if isinstance(value, PathInput) or ann is None or ann is Any:
             return value

@@ -27,7 +27,7 @@ from reprise.core.errors import RepriseError, UserError
 from reprise.pipeline._cache import CACHE_FORMAT_VERSION, StepCache
 from reprise.pipeline._execute import Task, TaskResult, module_file
 from reprise.pipeline._executors import Executor, LocalExecutor
-from reprise.pipeline._files import FileHasher, PathInput
+from reprise.pipeline._files import FileHasher, PathInput, is_external
 from reprise.pipeline._pipeline import Graph, Node, Pipeline
 from reprise.pipeline._step import StepOutput, join_outputs
 
@@ -138,8 +138,10 @@ def run_pipeline(pipe: Pipeline, raw_params: Mapping[str, Any], *, seed: int = 0
     fps = {n: code_fingerprint(node.step.func, user_roots=user_roots)
            for n, node in graph.nodes.items()}
     raw_inputs = _hash_path_inputs(graph, hasher, store)
+    raw_inputs.update(_resolve_external_inputs(graph, ws))
     snapshot = _code_snapshot(ws, pipe, fps, store, mod_file)
-    params_record = {k: (_path_record(v, raw_inputs) if isinstance(v, PathInput) else v)
+    params_record = {k: (_path_record(v, raw_inputs) if isinstance(v, PathInput)
+                         else _external_record(v, raw_inputs) if is_external(v) else v)
                      for k, v in graph.params.items()}
     ref = pipeline_ref or _pipeline_ref(ws, pipe, mod_file)
     run_tags = {"reprise.pipeline": ref, "reprise.code_snapshot": snapshot["hash"],
@@ -295,6 +297,10 @@ def _prepare(ctx: _RunContext, node: Node) -> tuple[str, Task, dict[str, Any]]:
             raw = ctx.raw_inputs[str(value.path)]
             input_hashes[pname] = raw["content_hash"]
             task_inputs[pname] = ("path", {"kind": value.kind, "path": str(value.path)})
+        elif is_external(value):
+            raw = ctx.raw_inputs[value.reprise_input_key()]
+            input_hashes[pname] = raw["content_hash"]
+            task_inputs[pname] = ("external", raw["rebuild"])
         else:
             params[pname] = value
             task_inputs[pname] = ("value", value)
@@ -331,6 +337,9 @@ def _inputs_record(ctx: _RunContext, node: Node) -> list[dict[str, Any]]:
         elif isinstance(value, PathInput):
             raw = ctx.raw_inputs[str(value.path)]
             out.append({"name": pname, **raw["artifact"], "source": str(value.path)})
+        elif is_external(value):
+            raw = ctx.raw_inputs[value.reprise_input_key()]
+            out.append({"name": pname, **raw["artifact"], "source": raw["source"]})
     return out
 
 
@@ -407,6 +416,24 @@ def _hash_path_inputs(graph: Graph, hasher: FileHasher, store: Any) -> dict[str,
             art = save_object(store, Path(item.path)).to_dict()
         out[key] = {"content_hash": content, "artifact": art}
     return out
+
+
+def _resolve_external_inputs(graph: Graph, ws: Any) -> dict[str, dict[str, Any]]:
+    """Resolve inputs that live in the workspace (dataset versions, later registered
+    models) once per run, so every step sees the same version however "latest" moves."""
+    out: dict[str, dict[str, Any]] = {}
+    for node in graph.nodes.values():
+        for value in node.inputs.values():
+            if is_external(value) and value.reprise_input_key() not in out:
+                out[value.reprise_input_key()] = value.reprise_resolve(ws)
+    return out
+
+
+def _external_record(value: Any, raw: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    entry = raw.get(value.reprise_input_key())
+    return {"$input": value.reprise_input_key(),
+            "resolved": entry["source"] if entry else None,
+            "hash": entry["content_hash"] if entry else None}
 
 
 def _path_record(value: PathInput, raw: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -160,6 +160,8 @@ def _replay(spec: dict[str, Any]) -> dict[str, Any]:
     for k, v in rec.params.items():
         if isinstance(v, dict) and "$path" in v:
             params[k] = _materialize_input(ws, k, v, scratch / "inputs")
+        elif isinstance(v, dict) and "$input" in v:  # pinned: "churn@latest" replays as "churn@3"
+            params[k] = v["resolved"]
         else:
             params[k] = v
     if file_part.endswith(".py"):

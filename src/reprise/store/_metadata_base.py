@@ -6,7 +6,7 @@ import abc
 from collections.abc import Sequence
 from typing import Any
 
-from reprise.core._types import ArtifactRecord, MetricPoint, RunRecord, RunStatus
+from reprise.core._types import ArtifactRecord, DatasetRecord, MetricPoint, RunRecord, RunStatus
 from reprise.store._journal import JournalBatch
 
 __all__ = ["BaseMetadataStore", "RunFilter"]
@@ -133,6 +133,30 @@ class BaseMetadataStore(abc.ABC):
     def producers_of(self, artifact_hash: str) -> list[dict[str, Any]]:
         """Step runs that output ``artifact_hash`` (executed ones first, newest first),
         each with ``run_id`` and ``inputs``."""
+
+    # -- datasets --------------------------------------------------------------------
+    @abc.abstractmethod
+    def add_dataset_version(self, record: DatasetRecord) -> tuple[DatasetRecord, bool]:
+        """Register ``record`` as the next version of its name (``record.version`` is
+        ignored) and return ``(stored, True)``; if the newest version already holds the
+        same bytes, return ``(newest, False)`` and change nothing. Atomic against
+        concurrent adds of the same name."""
+
+    @abc.abstractmethod
+    def get_dataset_version(self, name: str, version: int | None = None) -> DatasetRecord | None:
+        """``name@version`` (the newest when ``version`` is None), or None."""
+
+    @abc.abstractmethod
+    def list_dataset_versions(self, name: str | None = None) -> list[DatasetRecord]:
+        """Every version of ``name`` (or of every dataset), by name then version."""
+
+    @abc.abstractmethod
+    def set_dataset_schema(self, name: str, spec: str | None, source: str | None) -> None:
+        """Attach a validation schema to a dataset name (replacing any earlier one)."""
+
+    @abc.abstractmethod
+    def get_dataset_schema(self, name: str) -> tuple[str | None, str | None] | None:
+        """``(spec, source)`` of the schema attached to ``name``, or None."""
 
     def close(self) -> None:
         """Release connections."""

@@ -25,7 +25,7 @@ __all__ = ["HEAD_REVISION", "metadata"]
 
 # Must equal the newest revision in migrations/versions. Kept here as a constant
 # so that checking "is the database current?" needs no Alembic import (0.6 s).
-HEAD_REVISION = "0002_lineage_registry"
+HEAD_REVISION = "0003_datasets"
 
 metadata = MetaData()
 
@@ -159,6 +159,21 @@ datasets = Table(
     Column("schema", Text),
     Column("profile", Text),
     Column("created_at", Float, nullable=False),
+    # revision 0003
+    Column("format", String(16)),
+    Column("rows", BigInteger),
+    Column("meta", Text, nullable=False, server_default="{}"),
+)
+
+# --- revision 0003: dataset schemas --------------------------------------------------
+
+dataset_schemas = Table(
+    "dataset_schemas",
+    metadata,
+    Column("name", NAME, primary_key=True),
+    Column("spec", Text),  # pandera's JSON form, when the schema has one
+    Column("source", Text),  # where it came from (FILE.py:NAME or a YAML/JSON path)
+    Column("updated_at", Float, nullable=False),
 )
 
 models = Table(

@@ -19,7 +19,14 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
-from reprise.core._types import ArtifactRecord, MetricPoint, RunKind, RunRecord, RunStatus
+from reprise.core._types import (
+    ArtifactRecord,
+    DatasetRecord,
+    MetricPoint,
+    RunKind,
+    RunRecord,
+    RunStatus,
+)
 from reprise.core.errors import (
     AmbiguousIdError,
     ArtifactNotFoundError,
@@ -427,6 +434,64 @@ class SqlMetadataStore(BaseMetadataStore):
         return out
 
 
+    # -- datasets --------------------------------------------------------------------
+    def add_dataset_version(self, record: DatasetRecord) -> tuple[DatasetRecord, bool]:
+        d = s.datasets
+
+        def go() -> tuple[DatasetRecord, bool]:
+            with self._write() as conn:
+                if self.dialect == "postgresql":  # SQLite's BEGIN IMMEDIATE already serialises
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:k))"),
+                                 {"k": "reprise-dataset:" + record.name})
+                q = (sa.select(d).where(d.c.name == record.name)
+                     .order_by(d.c.version.desc()).limit(1))
+                newest = conn.execute(q).mappings().first()
+                if newest is not None and newest["artifact_hash"] == record.artifact_hash:
+                    return _dataset_record(newest), False
+                version = 1 if newest is None else int(newest["version"]) + 1
+                row = {"name": record.name, "version": version,
+                       "artifact_hash": record.artifact_hash, "format": record.format,
+                       "rows": record.rows,
+                       "schema": None if record.schema is None else json.dumps(record.schema),
+                       "profile": None if record.profile is None
+                       else json.dumps(record.profile, allow_nan=False),
+                       "meta": json.dumps(record.meta, sort_keys=True),
+                       "created_at": record.created_at or time.time()}
+                conn.execute(d.insert().values(**row))
+                return _dataset_record(row), True
+        return self._retry(go)
+
+    def get_dataset_version(self, name: str, version: int | None = None) -> DatasetRecord | None:
+        d = s.datasets
+        q = sa.select(d).where(d.c.name == name)
+        q = (q.order_by(d.c.version.desc()).limit(1) if version is None
+             else q.where(d.c.version == version))
+        with self.engine.connect() as conn:
+            row = conn.execute(q).mappings().first()
+        return None if row is None else _dataset_record(row)
+
+    def list_dataset_versions(self, name: str | None = None) -> list[DatasetRecord]:
+        d = s.datasets
+        q = sa.select(d).order_by(d.c.name, d.c.version)
+        if name is not None:
+            q = q.where(d.c.name == name)
+        with self.engine.connect() as conn:
+            return [_dataset_record(r) for r in conn.execute(q).mappings()]
+
+    def set_dataset_schema(self, name: str, spec: str | None, source: str | None) -> None:
+        row = {"name": name, "spec": spec, "source": source, "updated_at": time.time()}
+
+        def go() -> None:
+            with self._write() as conn:
+                self._upsert(conn, s.dataset_schemas, [row], ["name"])
+        self._retry(go)
+
+    def get_dataset_schema(self, name: str) -> tuple[str | None, str | None] | None:
+        ds = s.dataset_schemas
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(ds).where(ds.c.name == name)).mappings().first()
+        return None if row is None else (row["spec"], row["source"])
+
     def get_step_runs(self, run_id: str) -> list[dict[str, Any]]:
         run_id = self.get_run(run_id).id
         with self.engine.connect() as conn:
@@ -541,6 +606,15 @@ def _record(r: Any) -> RunRecord:
         pid=r["pid"], error=r["error"], energy_joules=r["energy_joules"],
         energy_source=r["energy_source"],
     )
+
+
+def _dataset_record(row: Any) -> DatasetRecord:
+    return DatasetRecord(
+        name=row["name"], version=int(row["version"]), artifact_hash=row["artifact_hash"],
+        format=row["format"] or "file", rows=None if row["rows"] is None else int(row["rows"]),
+        schema=None if row["schema"] is None else json.loads(row["schema"]),
+        profile=None if row["profile"] is None else json.loads(row["profile"]),
+        meta=json.loads(row["meta"] or "{}"), created_at=float(row["created_at"]))
 
 
 def _artifact_row(a: dict[str, Any]) -> dict[str, Any]:

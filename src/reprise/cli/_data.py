@@ -1,0 +1,152 @@
+"""``reprise data ...``: dataset versions, schemas, profiles and diffs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from reprise.cli import _render as render
+
+data_app = typer.Typer(help="Versioned, validated datasets: add, list, show, diff, schema.",
+                       no_args_is_help=True)
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _ws() -> Any:
+    from reprise.tracking import open_workspace
+
+    return open_workspace()
+
+
+@data_app.command("add")
+def add(
+    name: Annotated[str, typer.Argument(help="Dataset name (letters, digits, . _ -).")],
+    path: Annotated[Path, typer.Argument(help="CSV, Parquet, JSON Lines file, or a folder.")],
+    schema: Annotated[str | None, typer.Option(
+        help="pandera schema (FILE.py:NAME, or a YAML/JSON file); attached to NAME.")] = None,
+    quarantine: Annotated[bool, typer.Option(
+        "--quarantine", help="Set failing rows aside and register the valid rest.")] = False,
+    fmt: Annotated[str | None, typer.Option(
+        "--format", help="csv, parquet, jsonl, files or file (default: from the name).")] = None,
+    encoding: Annotated[str, typer.Option(help="Text encoding of CSV files.")] = "utf-8",
+    allow_type_change: Annotated[bool, typer.Option(
+        "--allow-type-change", help="Accept column types that differ from the last version.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Register PATH as the next version NAME@N (unchanged content keeps the current one)."""
+    from reprise.cli._fast import data_add_command
+
+    code = data_add_command(name, str(path), schema=schema, quarantine=quarantine, fmt=fmt,
+                            encoding=encoding, allow_type_change=allow_type_change,
+                            as_json=as_json)
+    if code:
+        raise typer.Exit(code)
+
+
+@data_app.command("list")
+def list_(as_json: JsonOpt = False) -> None:
+    """Datasets with their newest version."""
+    from reprise.data._dataset import list_datasets
+
+    records = list_datasets(workspace=_ws())
+    newest: dict[str, Any] = {}
+    counts: dict[str, int] = {}
+    for r in records:
+        newest[r.name] = r
+        counts[r.name] = counts.get(r.name, 0) + 1
+    rows = [{"name": n, "latest": r.version, "versions": counts[n], "format": r.format,
+             "rows": r.rows, "size": r.meta.get("size"), "created_at": r.created_at}
+            for n, r in sorted(newest.items())]
+    if as_json:
+        render.print_json(rows)
+        return
+    if not rows:
+        typer.echo("No datasets yet. Add one with `reprise data add NAME PATH`.")
+        return
+    render.table(["name", "latest", "versions", "format", "rows", "size", "created"],
+                 [[r["name"], f"@{r['latest']}", r["versions"], r["format"],
+                   "-" if r["rows"] is None else r["rows"],
+                   "-" if r["size"] is None else render.human_bytes(r["size"]),
+                   render.timestamp(r["created_at"])] for r in rows])
+
+
+@data_app.command("show")
+def show(
+    ref: Annotated[str, typer.Argument(metavar="NAME[@N]", help="Dataset version (default: newest).")],
+    as_json: JsonOpt = False,
+) -> None:
+    """A version's source, schema, validation and profile."""
+    from reprise.data._dataset import get_dataset, parse_ref
+
+    ws = _ws()
+    rec = get_dataset(ref, workspace=ws)
+    if as_json:
+        versions = ws.metadata.list_dataset_versions(parse_ref(ref)[0])
+        render.print_json({"dataset": rec.ref, "name": rec.name, "version": rec.version,
+                           "hash": rec.artifact_hash, "format": rec.format, "rows": rec.rows,
+                           "schema": rec.schema, "profile": rec.profile, "meta": rec.meta,
+                           "created_at": rec.created_at,
+                           "versions": [v.version for v in versions]})
+        return
+    render.dataset_detail(rec)
+
+
+@data_app.command("diff")
+def diff(
+    old: Annotated[str, typer.Argument(metavar="NAME@A")],
+    new: Annotated[str, typer.Argument(metavar="NAME@B")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Schema changes, row counts and column statistics between two versions."""
+    from reprise.data._dataset import get_dataset
+    from reprise.data._profile import diff_profiles
+
+    ws = _ws()
+    a, b = get_dataset(old, workspace=ws), get_dataset(new, workspace=ws)
+    if a.profile is None or b.profile is None or "file" in (a.format, b.format) \
+            or (a.format == "files") != (b.format == "files"):
+        out: dict[str, Any] = {"old": a.ref, "new": b.ref,
+                               "identical": a.artifact_hash == b.artifact_hash}
+    else:
+        out = {"old": a.ref, "new": b.ref, "identical": a.artifact_hash == b.artifact_hash,
+               **diff_profiles(a.profile, b.profile)}
+    if as_json:
+        render.print_json(out)
+        return
+    render.dataset_diff(out)
+
+
+@data_app.command("schema")
+def schema(
+    name: Annotated[str, typer.Argument(help="Dataset name.")],
+    spec: Annotated[str | None, typer.Argument(
+        metavar="[SCHEMA]", help="FILE.py:NAME or a pandera YAML/JSON file; omit to show.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Attach a pandera schema to a dataset name (enforced by every later add), or show it."""
+    from reprise.core.errors import UserError
+    from reprise.data._dataset import attach_schema, validate_name
+
+    ws = _ws()
+    validate_name(name)
+    if spec is not None:
+        stored, source = attach_schema(name, spec, workspace=ws)
+        typer.echo(f"schema attached to {name!r} "
+                   f"({'stored' if stored else 'loaded from ' + str(source) + ' each time'})")
+        return
+    found = ws.metadata.get_dataset_schema(name)
+    if found is None:
+        raise UserError(f"no schema is attached to {name!r}; attach one with "
+                        f"`reprise data schema {name} FILE.py:SCHEMA`.")
+    stored, source = found
+    if as_json:
+        import json
+
+        render.print_json({"name": name, "source": source,
+                           "spec": json.loads(stored) if stored else None})
+        return
+    typer.echo(f"source: {source or '-'}")
+    typer.echo(stored or "(custom checks: loaded from the source each time)")

@@ -1,0 +1,149 @@
+"""Hot commands (``reprise run``, ``reprise data add``), shared by the Typer commands and
+the fast path in ``reprise.cli.main``.
+
+The fast path exists because ``reprise run`` on an unchanged pipeline is the
+command users repeat most, and Typer (with click and pydantic behind it) costs
+more start-up time than the whole cached run; ``data add`` is compared with
+``dvc add`` on start-up-bound sizes too. ``main`` parses these with argparse
+(standard library) and calls the same functions the Typer commands call;
+``--help`` still goes through Typer so there is one help text. A test checks
+that both parsers accept the same options with the same defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["PROGRESS_MODES", "data_add_command", "dispatch", "parsers", "run_command"]
+
+PROGRESS_MODES = ("auto", "live", "lines", "none")
+
+
+def run_command(target: str, *, params: list[str], seed: int, workers: int | None,
+                no_cache: bool, force: list[str], steps: list[str], progress: str,
+                as_json: bool) -> int:
+    """Run a pipeline from the command line; return the exit code (1 if a step failed)."""
+    from reprise.cli._render import parse_pairs, print_json
+    from reprise.core.errors import UserError
+    from reprise.pipeline._load import load_pipeline
+    from reprise.pipeline._progress import make_progress
+    from reprise.pipeline._runner import StepFailedError, run_pipeline
+    from reprise.tracking import open_workspace
+
+    if progress not in PROGRESS_MODES:
+        raise UserError(f"--progress must be auto, live, lines or none, not {progress!r}.")
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers must be 1 or more, not {workers}.")
+    ws = open_workspace()
+    pipe = load_pipeline(target)
+    values = parse_pairs(params, "-p")
+    try:
+        result = run_pipeline(pipe, values, seed=seed, workers=workers, cache=not no_cache,
+                              force=force, workspace=ws, steps=steps or None,
+                              progress=make_progress("none" if as_json else progress))
+    except StepFailedError as exc:
+        print(exc.error, file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if as_json:
+        print_json({"run_id": result.run_id, "status": result.status,
+                    "executed": result.executed, "reused": result.reused,
+                    "duration": result.duration, "time_saved": result.time_saved,
+                    "outputs": result.output_hashes()})
+    return 0
+
+
+def data_add_command(name: str, path: str, *, schema: str | None, quarantine: bool,
+                     fmt: str | None, encoding: str, allow_type_change: bool,
+                     as_json: bool) -> int:
+    """Register a dataset version from the command line; return the exit code."""
+    from reprise.cli._render import human_bytes, print_json
+    from reprise.data._dataset import add_dataset
+    from reprise.tracking import open_workspace
+
+    res = add_dataset(name, path, workspace=open_workspace(), schema=schema,
+                      quarantine=quarantine, fmt=fmt, encoding=encoding,
+                      allow_type_change=allow_type_change)
+    rec = res.record
+    if as_json:
+        print_json({"dataset": rec.ref, "created": res.created, "hash": rec.artifact_hash,
+                    "rows": rec.rows, "format": rec.format, "quarantine": res.quarantine,
+                    "validation": None if res.report is None else res.report.to_dict()})
+        return 0
+    rows = "" if rec.rows is None else f", {rec.rows} rows"
+    if res.created:
+        print(f"added {rec.ref} ({rec.format}{rows}, {human_bytes(rec.meta['size'])})")
+    else:
+        print(f"unchanged: {rec.ref} already holds these bytes")
+    if res.quarantine:
+        print(f"quarantined {res.quarantine['rows']} failing rows as artifact "
+              f"{res.quarantine['hash'][:12]}:", file=sys.stderr)
+        print(res.report.render(), file=sys.stderr)
+    return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # same shape as click's usage errors, exit 2
+        sys.stderr.write(f"Usage: {self.prog} [OPTIONS] {self.usage}\n"
+                         f"Try '{self.prog} --help' for help.\n\nError: {message}\n")
+        sys.exit(2)
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="reprise run", usage="TARGET", add_help=False, allow_abbrev=False)
+    ap.add_argument("target")
+    ap.add_argument("-p", "--param", action="append", default=[])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--no-cache", action="store_true")
+    ap.add_argument("--force", action="append", default=[])
+    ap.add_argument("--step", action="append", default=[])
+    ap.add_argument("--progress", default="auto")
+    ap.add_argument("--json", action="store_true", dest="as_json")
+    return ap
+
+
+def _data_add_parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="reprise data add", usage="NAME PATH", add_help=False, allow_abbrev=False)
+    ap.add_argument("name")
+    ap.add_argument("path")
+    ap.add_argument("--schema", default=None)
+    ap.add_argument("--quarantine", action="store_true")
+    ap.add_argument("--format", dest="fmt", default=None)
+    ap.add_argument("--encoding", default="utf-8")
+    ap.add_argument("--allow-type-change", action="store_true")
+    ap.add_argument("--json", action="store_true", dest="as_json")
+    return ap
+
+
+def _fast_run(argv: list[str]) -> int:
+    ns = _run_parser().parse_args(argv)
+    return run_command(ns.target, params=ns.param, seed=ns.seed, workers=ns.workers,
+                       no_cache=ns.no_cache, force=ns.force, steps=ns.step,
+                       progress=ns.progress, as_json=ns.as_json)
+
+
+def _fast_data_add(argv: list[str]) -> int:
+    return data_add_command(**vars(_data_add_parser().parse_args(argv)))
+
+
+# command words -> (parser factory, handler of the remaining arguments)
+parsers: dict[tuple[str, ...], tuple[Callable[[], argparse.ArgumentParser],
+                                     Callable[[list[str]], int]]] = {
+    ("run",): (_run_parser, _fast_run),
+    ("data", "add"): (_data_add_parser, _fast_data_add),
+}
+
+
+def dispatch(args: list[str]) -> int | None:
+    """Run ``args`` on the fast path and return the exit code, or None if it is not a hot
+    command (or asks for help): Typer takes it then."""
+    if {"--help", "-h"} & set(args):
+        return None
+    for words, (_, handler) in parsers.items():
+        if tuple(args[: len(words)]) == words:
+            return handler(args[len(words):])
+    return None

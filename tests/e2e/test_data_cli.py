@@ -1,0 +1,133 @@
+"""``reprise data ...`` and Dataset inputs in pipelines, run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FLOW = '''
+import reprise
+from reprise import Dataset, step
+
+
+@step
+def count(ds: Dataset) -> int:
+    return len(ds.to_pandas())
+
+
+@step
+def double(n: int) -> int:
+    return 2 * n
+
+
+@reprise.pipeline
+def flow(data: Dataset = Dataset("users@latest")):
+    return double(count(data))
+'''
+
+SCHEMA = '''
+import pandera.pandas as pa
+
+schema = pa.DataFrameSchema({
+    "id": pa.Column(int, unique=True),
+    "age": pa.Column(int, pa.Check.in_range(0, 120)),
+})
+'''
+
+
+def cli(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "REPRISE_WORKSPACE"}
+    res = subprocess.run([sys.executable, "-m", "reprise.cli", *args], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=240)
+    if check and res.returncode != 0:
+        raise AssertionError(f"reprise {args} exited {res.returncode}:\n{res.stdout}\n{res.stderr}")
+    return res
+
+
+def js(root: Path, *args: str) -> Any:
+    return json.loads(cli(root, *args, "--json").stdout)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "flow.py").write_text(textwrap.dedent(FLOW))
+    (root / "schemas.py").write_text(textwrap.dedent(SCHEMA))
+    (root / "users.csv").write_text("id,age\n1,30\n2,40\n3,50\n")
+    cli(root, "init", ".")
+    return root
+
+
+def test_add_list_show_diff_schema(project: Path) -> None:
+    first = js(project, "data", "add", "users", "users.csv", "--schema", "schemas.py:schema")
+    assert first["dataset"] == "users@1" and first["created"] and first["rows"] == 3
+    assert first["validation"]["ok"]
+    assert not js(project, "data", "add", "users", "users.csv")["created"]
+    (project / "users.csv").write_text("id,age,plan\n1,30,a\n2,40,b\n3,50,a\n4,90,b\n")
+    assert js(project, "data", "add", "users", "users.csv")["dataset"] == "users@2"
+    listed = js(project, "data", "list")
+    assert listed[0]["name"] == "users" and listed[0]["latest"] == 2
+    shown = js(project, "data", "show", "users@1")
+    assert shown["profile"]["columns"]["age"]["mean"] == 40 and shown["versions"] == [1, 2]
+    diff = js(project, "data", "diff", "users@1", "users@2")
+    assert diff["rows"]["old"] == 3 and diff["rows"]["new"] == 4
+    assert "plan" in diff["columns_added"]
+    text = cli(project, "data", "show", "users").stdout
+    assert "users@2" in text and "age" in text
+    assert "users@1 -> users@2" in cli(project, "data", "diff", "users@1", "users@2").stdout
+    assert "users" in cli(project, "data", "list").stdout
+    assert json.loads(cli(project, "data", "schema", "users", "--json").stdout)["spec"]
+
+
+def test_validation_failure_prints_report_exits_2_and_registers_nothing(project: Path) -> None:
+    cli(project, "data", "schema", "users", "schemas.py:schema")
+    (project / "bad.csv").write_text("id,age\n1,30\n2,400\n2,50\n")
+    res = cli(project, "data", "add", "users", "bad.csv", check=False)
+    assert res.returncode == 2, res.stderr
+    assert "column 'age'" in res.stderr and "row 2" in res.stderr and "unique" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert js(project, "data", "list") == []
+    ok = js(project, "data", "add", "users", "bad.csv", "--quarantine")
+    assert ok["rows"] == 1 and ok["quarantine"]["rows"] == 2
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["data", "add", "users", "missing.csv"], "does not exist"),
+    (["data", "add", "a/b", "users.csv"], "is not allowed"),
+    (["data", "show", "users@4"], "no dataset named 'users'"),
+    (["data", "show", "users@x"], "positive number or 'latest'"),
+    (["data", "add", "users", "users.csv", "--format", "xls"], "--format must be one of"),
+    (["data", "add", "users", "users.csv", "--schema", "nope.py:schema"], "does not exist"),
+    (["data", "schema", "users"], "no schema is attached"),
+])
+def test_user_errors_exit_2(project: Path, args: list[str], needle: str) -> None:
+    res = cli(project, *args, check=False)
+    assert res.returncode == 2, res.stderr
+    assert needle in res.stderr and "Traceback" not in res.stderr
+
+
+def test_pipeline_dataset_input_follows_latest_and_records_lineage(project: Path) -> None:
+    cli(project, "data", "add", "users", "users.csv")
+    first = js(project, "run", "flow.py:flow")
+    assert sorted(first["executed"]) == ["count", "double"]
+    assert js(project, "run", "flow.py:flow")["executed"] == []
+    (project / "users.csv").write_text("id,age\n1,30\n2,40\n3,50\n4,60\n")
+    cli(project, "data", "add", "users", "users.csv")
+    second = js(project, "run", "flow.py:flow")
+    assert sorted(second["executed"]) == ["count", "double"]  # latest moved: re-run
+    pinned = js(project, "run", "flow.py:flow", "-p", "data=users@1")
+    assert pinned["executed"] == [] and pinned["outputs"] == first["outputs"]
+    shown = js(project, "runs", "show", second["run_id"])
+    assert shown["params"]["data"]["resolved"] == "users@2"
+    lineage = cli(project, "lineage", second["run_id"]).stdout
+    assert "users@2" in lineage
+    report = js(project, "verify", second["run_id"])
+    assert report["ok"]
