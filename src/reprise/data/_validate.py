@@ -270,10 +270,14 @@ def _row(df: Any, i: int) -> dict[str, Any]:
 
 
 def _plain(value: Any) -> Any:
-    if value is None or isinstance(value, (bool, int, str)):
+    if value is None or isinstance(value, str):
         return value
-    if isinstance(value, float):
-        return None if value != value else value
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):  # numpy scalars too: plain floats for JSON and messages
+        return None if value != value else float(value)
     item = getattr(value, "item", None)
     if callable(item):
         try:
