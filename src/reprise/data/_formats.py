@@ -107,7 +107,8 @@ class TabularSource:
         import pyarrow.parquet as pq
 
         try:
-            return pq.ParquetFile(self.path)
+            # pre_buffer would read every row group ahead: memory would grow with the file
+            return pq.ParquetFile(self.path, pre_buffer=False, buffer_size=1 << 20)
         except (pa.ArrowInvalid, OSError) as exc:
             raise DataFormatError(
                 f"{self.path} is not a readable Parquet file (truncated or corrupt?): {exc}. "

@@ -377,7 +377,7 @@ class _ParquetStream(_TorchBacked):
                 yield self.layout.batch([torch.from_numpy(a) for a in arrays])
 
     def _windows(self, groups: list[int], rng: np.random.PCG64) -> Iterator[Arrays]:
-        parquet = pq.ParquetFile(self.path)
+        parquet = pq.ParquetFile(self.path, pre_buffer=False, buffer_size=1 << 20)  # bounded
         pending: list[Arrays] = []
         rows = 0
         for group in groups:
