@@ -212,3 +212,25 @@ def test_compressed_csv_and_tsv_read_back_from_the_store(ws: Any) -> None:
     assert Dataset("gz", workspace=ws).to_pandas()["age"].tolist() == [34, 51, 29, 42]
     add_dataset("tsv", write(ws, "u.tsv", CSV.replace(",", "\t")), workspace=ws)
     assert Dataset("tsv", workspace=ws).to_pandas()["plan"].tolist()[:2] == ["basic", "pro"]
+
+
+def test_link_mode_shares_the_inode_read_only_and_falls_back_to_copy(
+        ws: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import stat
+
+    src = write(ws, "big.bin", os.urandom(4096))
+    res = add_dataset("raw", src, workspace=ws, link=True)
+    blob = ws.artifacts.local_path(res.record.artifact_hash)
+    assert os.stat(blob).st_ino == os.stat(src).st_ino
+    assert not os.stat(src).st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+    assert ws.artifacts.verify(res.record.artifact_hash)
+
+    def no_links(*_: Any) -> None:
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", no_links)
+    other = write(ws, "other.bin", os.urandom(4096))
+    res2 = add_dataset("raw", other, workspace=ws, link=True)
+    blob2 = ws.artifacts.local_path(res2.record.artifact_hash)
+    assert os.stat(blob2).st_ino != os.stat(other).st_ino and res2.record.version == 2

@@ -34,6 +34,9 @@ def add(
     allow_type_change: Annotated[bool, typer.Option(
         "--allow-type-change", help="Accept column types that differ from the last version.")
     ] = False,
+    link: Annotated[bool, typer.Option(
+        "--link", help="Hard-link the file into the store instead of copying it (the file "
+        "becomes read-only).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Register PATH as the next version NAME@N (unchanged content keeps the current one)."""
@@ -41,7 +44,7 @@ def add(
 
     code = data_add_command(name, str(path), schema=schema, quarantine=quarantine, fmt=fmt,
                             encoding=encoding, allow_type_change=allow_type_change,
-                            as_json=as_json)
+                            as_json=as_json, link=link)
     if code:
         raise typer.Exit(code)
 

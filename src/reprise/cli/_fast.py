@@ -58,7 +58,7 @@ def run_command(target: str, *, params: list[str], seed: int, workers: int | Non
 
 def data_add_command(name: str, path: str, *, schema: str | None, quarantine: bool,
                      fmt: str | None, encoding: str, allow_type_change: bool,
-                     as_json: bool) -> int:
+                     as_json: bool, link: bool = False) -> int:
     """Register a dataset version from the command line; return the exit code."""
     from reprise.cli._render import human_bytes, print_json
     from reprise.data._dataset import add_dataset
@@ -66,7 +66,7 @@ def data_add_command(name: str, path: str, *, schema: str | None, quarantine: bo
 
     res = add_dataset(name, path, workspace=open_workspace(), schema=schema,
                       quarantine=quarantine, fmt=fmt, encoding=encoding,
-                      allow_type_change=allow_type_change)
+                      allow_type_change=allow_type_change, link=link)
     rec = res.record
     if as_json:
         print_json({"dataset": rec.ref, "created": res.created, "hash": rec.artifact_hash,
@@ -115,6 +115,7 @@ def _data_add_parser() -> argparse.ArgumentParser:
     ap.add_argument("--format", dest="fmt", default=None)
     ap.add_argument("--encoding", default="utf-8")
     ap.add_argument("--allow-type-change", action="store_true")
+    ap.add_argument("--link", action="store_true")
     ap.add_argument("--json", action="store_true", dest="as_json")
     return ap
 

@@ -113,12 +113,16 @@ def _relative_ref(ref: str, root: Path) -> str:
 
 def add_dataset(name: str, source: Any, *, workspace: Any = None, schema: Any = None,
                 quarantine: bool = False, fmt: str | None = None, encoding: str = "utf-8",
-                allow_type_change: bool = False, batch_rows: int = BATCH_ROWS) -> AddResult:
+                allow_type_change: bool = False, batch_rows: int = BATCH_ROWS,
+                link: bool = False) -> AddResult:
     """Register ``source`` (a file, a directory, a pandas DataFrame or an Arrow table) as
     the next version of ``name``; unchanged content returns the newest version.
 
     Raises :class:`~reprise.data._validate.ValidationError` (a ``UserError``) with the
     report when rows break the schema and ``quarantine`` is off; nothing is registered.
+
+    ``link=True`` hard-links the file into a local store instead of copying it (the
+    file becomes read-only; see ``LocalArtifactStore.link_file``).
     """
     validate_name(name)
     ws = _workspace(workspace)
@@ -159,7 +163,7 @@ def add_dataset(name: str, source: Any, *, workspace: Any = None, schema: Any = 
                 raise DataFormatError(f"{origin} is empty: there is nothing to register.")
             stored_path, stored_fmt, rows, schema_map = path, "file", None, None
             profile = {"format_version": 1, "bytes": path.stat().st_size}
-        art = _store(ws, stored_path)
+        art = _store(ws, stored_path, link=link and stored_path == path and fmt != "files")
         record_meta: dict[str, Any] = {"source": origin, "size": art.size,
                                        "stored_name": art.meta.get("name")}
         if stored_fmt in ("csv", "jsonl") and compression_of(stored_path.name):
@@ -332,10 +336,15 @@ def _check_type_changes(name: str, previous: DatasetRecord, new: dict[str, str])
             "--allow-type-change; otherwise fix the export.")
 
 
-def _store(ws: Any, path: Path) -> ArtifactRecord:
+def _store(ws: Any, path: Path, link: bool = False) -> ArtifactRecord:
     from reprise.store._materializers import save_object
 
-    record = save_object(ws.artifacts, path)
+    if link:
+        h, size = ws.artifacts.link_file(path)
+        record = ArtifactRecord(hash=h, size=size, kind="file", materializer="file",
+                                meta={"name": path.name}, created=time.time())
+    else:
+        record = save_object(ws.artifacts, path)
     ws.metadata.put_artifact(record)
     return record
 

@@ -132,6 +132,11 @@ class BaseArtifactStore(abc.ABC):
     def put_stream(self, chunks: Iterable[bytes]) -> tuple[str, int]:
         """Store the concatenation of ``chunks``, hashing while writing; return ``(hash, size)``."""
 
+    def link_file(self, path: str | os.PathLike[str]) -> tuple[str, int]:
+        """Like :meth:`put_file`, but a local store may hard-link the file instead of
+        copying it (see :meth:`LocalArtifactStore.link_file`); others copy."""
+        return self.put_file(path)
+
     @abc.abstractmethod
     def exists(self, h: str) -> bool:
         """True when the blob is present."""
@@ -295,6 +300,36 @@ class LocalArtifactStore(BaseArtifactStore):
                 raise StoreError(f"{src} changed while it was being stored; store it again.")
             _fsync_path(tmp)
             self._commit(tmp, h)
+        return h, before.st_size
+
+    def link_file(self, path: str | os.PathLike[str]) -> tuple[str, int]:
+        """Store a file by hard-linking it into the store: no copy, so adding a large file
+        costs its hashing only. The file and the blob then share one inode, which is made
+        read-only (0o444) so that the file cannot be edited in place behind the store's
+        back; editors and exports that write a new file and rename it are unaffected.
+        Falls back to a copy across filesystems or where links are not allowed.
+        """
+        src = Path(path)
+        before = src.stat()
+        h = hash_file(src)
+        if self._present(self._blob(h), before.st_size):
+            return h, before.st_size
+        tmp_dir = self.root / "tmp"
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        tmp = str(tmp_dir / f"{TMP_PREFIX}link-{os.getpid()}-{h[:16]}")
+        try:
+            os.link(src, tmp)
+        except OSError:  # another filesystem (EXDEV), or links not permitted
+            return self.put_file(src)
+        try:
+            after = os.stat(tmp)
+            if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+                raise StoreError(f"{src} changed while it was being stored; store it again.")
+            _fsync_path(tmp)
+            self._commit(tmp, h)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
         return h, before.st_size
 
     def put_stream(self, chunks: Iterable[bytes]) -> tuple[str, int]:
