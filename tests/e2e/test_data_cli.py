@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.pipeline.test_pipelines import cli  # the CLI as a user runs it, in a subprocess
 
 FLOW = '''
 import reprise
@@ -40,15 +39,6 @@ schema = pa.DataFrameSchema({
     "age": pa.Column(int, pa.Check.in_range(0, 120)),
 })
 '''
-
-
-def cli(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "REPRISE_WORKSPACE"}
-    res = subprocess.run([sys.executable, "-m", "reprise.cli", *args], cwd=root, env=env,
-                         capture_output=True, text=True, timeout=240)
-    if check and res.returncode != 0:
-        raise AssertionError(f"reprise {args} exited {res.returncode}:\n{res.stdout}\n{res.stderr}")
-    return res
 
 
 def js(root: Path, *args: str) -> Any:

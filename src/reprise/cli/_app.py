@@ -7,12 +7,13 @@ modules are imported inside the commands so that ``reprise --help`` stays fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from reprise.cli import _render as render
 from reprise.cli._data import data_app
+from reprise.cli._fast import workspace as _ws
 
 app = typer.Typer(
     name="reprise",
@@ -45,12 +46,6 @@ def _main(
                                           help="Print the version and exit.")] = False,
 ) -> None:
     """Reprise: reproducible, cached, traceable ML pipelines."""
-
-
-def _ws() -> Any:
-    from reprise.tracking import open_workspace
-
-    return open_workspace()
 
 
 @app.command()

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from reprise.cli import _render as render
+from reprise.cli._fast import workspace as _ws
 
 data_app = typer.Typer(help="Versioned, validated datasets: add, list, show, diff, schema.",
                        no_args_is_help=True)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-
-
-def _ws() -> Any:
-    from reprise.tracking import open_workspace
-
-    return open_workspace()
 
 
 @data_app.command("add")
@@ -52,17 +47,9 @@ def add(
 @data_app.command("list")
 def list_(as_json: JsonOpt = False) -> None:
     """Datasets with their newest version."""
-    from reprise.data._dataset import list_datasets
+    from reprise.data._dataset import summarise_datasets
 
-    records = list_datasets(workspace=_ws())
-    newest: dict[str, Any] = {}
-    counts: dict[str, int] = {}
-    for r in records:
-        newest[r.name] = r
-        counts[r.name] = counts.get(r.name, 0) + 1
-    rows = [{"name": n, "latest": r.version, "versions": counts[n], "format": r.format,
-             "rows": r.rows, "size": r.meta.get("size"), "created_at": r.created_at}
-            for n, r in sorted(newest.items())]
+    rows = summarise_datasets(workspace=_ws())
     if as_json:
         render.print_json(rows)
         return
@@ -104,18 +91,9 @@ def diff(
     as_json: JsonOpt = False,
 ) -> None:
     """Schema changes, row counts and column statistics between two versions."""
-    from reprise.data._dataset import get_dataset
-    from reprise.data._profile import diff_profiles
+    from reprise.data._dataset import diff_datasets
 
-    ws = _ws()
-    a, b = get_dataset(old, workspace=ws), get_dataset(new, workspace=ws)
-    if a.profile is None or b.profile is None or "file" in (a.format, b.format) \
-            or (a.format == "files") != (b.format == "files"):
-        out: dict[str, Any] = {"old": a.ref, "new": b.ref,
-                               "identical": a.artifact_hash == b.artifact_hash}
-    else:
-        out = {"old": a.ref, "new": b.ref, "identical": a.artifact_hash == b.artifact_hash,
-               **diff_profiles(a.profile, b.profile)}
+    out = diff_datasets(old, new, workspace=_ws())
     if as_json:
         render.print_json(out)
         return

@@ -17,9 +17,17 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["PROGRESS_MODES", "data_add_command", "dispatch", "parsers", "run_command"]
+__all__ = ["PROGRESS_MODES", "data_add_command", "dispatch", "parsers", "run_command",
+           "workspace"]
 
 PROGRESS_MODES = ("auto", "live", "lines", "none")
+
+
+def workspace() -> Any:
+    """The workspace the command runs in (found upwards from the current directory)."""
+    from reprise.tracking import open_workspace
+
+    return open_workspace()
 
 
 def run_command(target: str, *, params: list[str], seed: int, workers: int | None,
@@ -31,13 +39,12 @@ def run_command(target: str, *, params: list[str], seed: int, workers: int | Non
     from reprise.pipeline._load import load_pipeline
     from reprise.pipeline._progress import make_progress
     from reprise.pipeline._runner import StepFailedError, run_pipeline
-    from reprise.tracking import open_workspace
 
     if progress not in PROGRESS_MODES:
         raise UserError(f"--progress must be auto, live, lines or none, not {progress!r}.")
     if workers is not None and workers < 1:
         raise UserError(f"--workers must be 1 or more, not {workers}.")
-    ws = open_workspace()
+    ws = workspace()
     pipe = load_pipeline(target)
     values = parse_pairs(params, "-p")
     try:
@@ -62,9 +69,8 @@ def data_add_command(name: str, path: str, *, schema: str | None, quarantine: bo
     """Register a dataset version from the command line; return the exit code."""
     from reprise.cli._render import human_bytes, print_json
     from reprise.data._dataset import add_dataset
-    from reprise.tracking import open_workspace
 
-    res = add_dataset(name, path, workspace=open_workspace(), schema=schema,
+    res = add_dataset(name, path, workspace=workspace(), schema=schema,
                       quarantine=quarantine, fmt=fmt, encoding=encoding,
                       allow_type_change=allow_type_change, link=link)
     rec = res.record

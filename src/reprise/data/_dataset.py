@@ -10,6 +10,7 @@ written, in that order, so an error at any point leaves the workspace as it was
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import tempfile
@@ -35,9 +36,11 @@ __all__ = [
     "DatasetNotFoundError",
     "add_dataset",
     "attach_schema",
+    "diff_datasets",
     "get_dataset",
     "list_datasets",
     "parse_ref",
+    "summarise_datasets",
 ]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
@@ -75,7 +78,6 @@ class AddResult:
     report: Any = None
     """The validation report (None when no schema applied)."""
     quarantine: dict[str, Any] | None = None
-    warnings: list[str] = field(default_factory=list)
 
 
 def _workspace(workspace: Any) -> Any:
@@ -131,7 +133,6 @@ def add_dataset(name: str, source: Any, *, workspace: Any = None, schema: Any = 
         path, fmt, origin = _source_path(source, fmt, Path(tmp))
         declared, spec_source = _schema_for(name, schema, ws)
         previous = meta.get_dataset_version(name)
-        warnings: list[str] = []
         if fmt in TABULAR_FORMATS:
             scan = _scan_tabular(path, fmt, encoding, declared, quarantine, Path(tmp), batch_rows)
             if previous is not None and previous.schema and not allow_type_change:
@@ -190,7 +191,7 @@ def add_dataset(name: str, source: Any, *, workspace: Any = None, schema: Any = 
         if created and schema is not None:
             attach_schema(name, schema, workspace=ws)
         return AddResult(stored, created, scan.report if fmt in TABULAR_FORMATS else None,
-                         quarantined, warnings)
+                         quarantined)
 
 
 def _source_path(source: Any, fmt: str | None, tmp: Path) -> tuple[Path, str, str]:
@@ -272,7 +273,8 @@ def _scan_tabular(path: Path, fmt: str, encoding: str, declared: Any, quarantine
     validator = StreamValidator(declared) if declared is not None else None
     scan = _Scan(report=validator.report if validator else None)
     writers: dict[str, Any] = {}
-    first = next(iter(src.batches(batch_rows)), None)
+    stream = src.batches(batch_rows)
+    first = next(stream, None)
     if first is None:
         raise DataFormatError(f"{path} has a header but no data rows; there is nothing to "
                               "register." if path.stat().st_size else
@@ -282,7 +284,7 @@ def _scan_tabular(path: Path, fmt: str, encoding: str, declared: Any, quarantine
 
     def checked() -> Iterator[Any]:
         row = 0
-        for batch in src.batches(batch_rows):
+        for batch in itertools.chain([first], stream):
             problem = mixed_type_problem(batch, row, skip)
             if problem:
                 raise DataFormatError(f"{path}: {problem}")
@@ -369,6 +371,35 @@ def list_datasets(*, workspace: Any = None) -> list[DatasetRecord]:
     return list(_workspace(workspace).metadata.list_dataset_versions())
 
 
+def summarise_datasets(*, workspace: Any = None) -> list[dict[str, Any]]:
+    """One row per dataset: its newest version and how many versions it has."""
+    newest: dict[str, DatasetRecord] = {}
+    counts: dict[str, int] = {}
+    for r in list_datasets(workspace=workspace):
+        newest[r.name] = r
+        counts[r.name] = counts.get(r.name, 0) + 1
+    return [{"name": n, "latest": r.version, "versions": counts[n], "format": r.format,
+             "rows": r.rows, "size": r.meta.get("size"), "created_at": r.created_at}
+            for n, r in sorted(newest.items())]
+
+
+def diff_datasets(old: str, new: str, *, workspace: Any = None) -> dict[str, Any]:
+    """What changed between two versions: whether the bytes are identical, and the
+    profile diff when both profiles are comparable (two tables, or two folders)."""
+    from reprise.data._profile import diff_profiles
+
+    ws = _workspace(workspace)
+    a, b = get_dataset(old, workspace=ws), get_dataset(new, workspace=ws)
+    out: dict[str, Any] = {"old": a.ref, "new": b.ref,
+                           "identical": a.artifact_hash == b.artifact_hash}
+    comparable = (a.profile is not None and b.profile is not None
+                  and "file" not in (a.format, b.format)
+                  and (a.format == "files") == (b.format == "files"))
+    if comparable:
+        out.update(diff_profiles(a.profile or {}, b.profile or {}))
+    return out
+
+
 class Dataset:
     """A reference to a dataset version, usable as a pipeline input.
 
@@ -419,7 +450,7 @@ class Dataset:
         if rec.format == "files":
             from reprise.store._materializers import load_object
 
-            cache = Path(ws.root) / ".reprise" / "cache" / "datasets" / rec.artifact_hash
+            cache: Path = ws.config.workspace_dir / "cache" / "datasets" / rec.artifact_hash
             if not cache.exists():
                 tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
                 load_object(ws.artifacts, rec.artifact_hash, "dir", {}, dest=tmp)
@@ -428,7 +459,7 @@ class Dataset:
         local = ws.artifacts.local_path(rec.artifact_hash)
         if local is not None:
             return Path(local)
-        cache = Path(ws.root) / ".reprise" / "cache" / "datasets" / rec.artifact_hash
+        cache = Path(ws.config.workspace_dir) / "cache" / "datasets" / rec.artifact_hash
         if not cache.exists():  # remote store: cached locally on first read
             ws.artifacts.copy_to(rec.artifact_hash, cache, verify=True)
         return cache

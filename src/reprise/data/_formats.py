@@ -142,14 +142,9 @@ class TabularSource:
         if self.path.stat().st_size == 0:
             raise self._empty()
         try:
-            reader = self._csv_reader()
-            header_seen = False
-            for batch in reader:
-                header_seen = True
+            for batch in self._csv_reader():
                 self._check_decoded(batch)
                 yield batch
-            if not header_seen:
-                return
         except pa.ArrowInvalid as exc:
             raise self._csv_problem(str(exc)) from None
         except UnicodeDecodeError as exc:
