@@ -432,7 +432,8 @@ def test_materializer_by_name_unknown(name: str) -> None:
 def test_builtin_names_are_stable() -> None:
     assert [(m.name, m.kind) for m in mat._BUILTINS] == [
         ("numpy", "array"), ("pandas", "dataframe"), ("arrow", "table"), ("bytes", "bytes"),
-        ("dir", "dir"), ("file", "file"), ("json", "json")]
+        ("dir", "dir"), ("file", "file"), ("sklearn", "model"), ("torch-module", "model"),
+        ("torch-tensor", "array"), ("json", "json")]
 
 
 @pytest.mark.parametrize(("tp", "name"), [

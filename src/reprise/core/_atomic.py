@@ -13,19 +13,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_write", "atomic_write_bytes", "fsync_dir", "TMP_PREFIX"]
+__all__ = ["atomic_write", "atomic_write_bytes", "fsync_dir", "fsync_path", "TMP_PREFIX"]
 
 # Temp files carry this prefix so fsck and gc can recognise (and sweep) leftovers.
 TMP_PREFIX = ".tmp-"
 
 
-def fsync_dir(path: str | os.PathLike[str]) -> None:
-    """fsync a directory so that a rename inside it is durable."""
+def fsync_path(path: str | os.PathLike[str]) -> None:
+    """fsync a file (its bytes are on disk) or a directory (a rename inside it is durable)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+fsync_dir = fsync_path
 
 
 @contextlib.contextmanager

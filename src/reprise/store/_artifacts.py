@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, cast
 from urllib.parse import unquote, urlsplit
 
-from reprise.core._atomic import TMP_PREFIX, atomic_write, fsync_dir
+from reprise.core._atomic import TMP_PREFIX, atomic_write, fsync_dir, fsync_path
 from reprise.core._hashing import hash_bytes, hash_file, is_hash, new_hasher
 from reprise.core.errors import (
     ArtifactNotFoundError,
@@ -298,7 +298,7 @@ class LocalArtifactStore(BaseArtifactStore):
             after = src.stat()
             if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
                 raise StoreError(f"{src} changed while it was being stored; store it again.")
-            _fsync_path(tmp)
+            fsync_path(tmp)
             self._commit(tmp, h)
         return h, before.st_size
 
@@ -325,7 +325,7 @@ class LocalArtifactStore(BaseArtifactStore):
             after = os.stat(tmp)
             if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
                 raise StoreError(f"{src} changed while it was being stored; store it again.")
-            _fsync_path(tmp)
+            fsync_path(tmp)
             self._commit(tmp, h)
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -404,14 +404,6 @@ class LocalArtifactStore(BaseArtifactStore):
                     os.unlink(entry.path)
                     removed += 1
         return removed
-
-
-def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class FsspecArtifactStore(BaseArtifactStore):

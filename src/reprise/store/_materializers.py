@@ -5,23 +5,28 @@ right one reads it back), an artifact ``kind``, ``handles(obj)`` and
 ``save``/``load``. The built-ins, tried in this order after any user-registered
 ones (newest first):
 
-==========  =============  ====================================================
-name        kind           objects
-==========  =============  ====================================================
-``numpy``   ``array``      ``numpy.ndarray`` (``np.save``, ``allow_pickle=False``)
-``pandas``  ``dataframe``  ``pandas.DataFrame`` (Parquet, index kept)
-``arrow``   ``table``      ``pyarrow.Table`` (Parquet)
-``bytes``   ``bytes``      ``bytes``, ``bytearray``, ``memoryview`` (load: ``bytes``)
-``dir``     ``dir``        a ``pathlib.Path`` to a directory (deterministic tar)
-``file``    ``file``       a ``pathlib.Path`` to a file (load: ``Path`` to a copy)
-``json``    ``json``       None, bool, int, float, str, list, tuple, str-keyed dict
-==========  =============  ====================================================
+================  =============  ===========================================================
+name              kind           objects
+================  =============  ===========================================================
+``numpy``         ``array``      ``numpy.ndarray`` (``np.save``, ``allow_pickle=False``)
+``pandas``        ``dataframe``  ``pandas.DataFrame`` (Parquet, index kept)
+``arrow``         ``table``      ``pyarrow.Table`` (Parquet)
+``bytes``         ``bytes``      ``bytes``, ``bytearray``, ``memoryview`` (load: ``bytes``)
+``dir``           ``dir``        a ``pathlib.Path`` to a directory (deterministic tar)
+``file``          ``file``       a ``pathlib.Path`` to a file (load: ``Path`` to a copy)
+``sklearn``       ``model``      a scikit-learn estimator or pipeline (``skops.io``, types
+                                 checked against an allow-list before loading)
+``torch-module``  ``model``      ``torch.nn.Module`` (safetensors state dict, class path
+                                 and constructor args; load: CPU, same train/eval mode)
+``torch-tensor``  ``array``      ``torch.Tensor``, ``nn.Parameter`` (safetensors; load: CPU)
+``json``          ``json``       None, bool, int, float, str, list, tuple, str-keyed dict
+================  =============  ===========================================================
 
 A ``str`` is always JSON, never a path: pass a ``pathlib.Path`` to store a file.
 Libraries are imported only when one of their objects is seen, so
-``import reprise.store`` loads neither numpy, pandas nor pyarrow. An object no
-materializer handles is an error naming its type: Reprise never falls back to
-pickle, because unpickling runs arbitrary code.
+``import reprise.store`` loads neither numpy, pandas, pyarrow, torch nor
+sklearn. An object no materializer handles is an error naming its type:
+Reprise never falls back to pickle, because unpickling runs arbitrary code.
 """
 
 from __future__ import annotations
@@ -503,9 +508,17 @@ def _tar_info(rel: str, full: Path, real_root: Path) -> tarfile.TarInfo:
 
 # -- registry ---------------------------------------------------------------------------------
 
+# Imported here, not at the top: _ml subclasses Materializer and uses the helpers above.
+from reprise.store._ml import (  # noqa: E402
+    SklearnMaterializer,
+    TorchModuleMaterializer,
+    TorchTensorMaterializer,
+)
+
 _BUILTINS: tuple[Materializer, ...] = (
     NumpyMaterializer(), PandasMaterializer(), ArrowMaterializer(), BytesMaterializer(),
-    DirMaterializer(), FileMaterializer(), JsonMaterializer(),
+    DirMaterializer(), FileMaterializer(), SklearnMaterializer(), TorchModuleMaterializer(),
+    TorchTensorMaterializer(), JsonMaterializer(),
 )
 _BUILTIN_NAMES = frozenset(m.name for m in _BUILTINS)
 _user: list[Materializer] = []  # newest first
