@@ -28,6 +28,9 @@ def test_cli_module_loads_nothing_heavy() -> None:
 def test_data_package_and_fast_cli_path_load_nothing_heavy() -> None:
     assert not _loaded("import reprise.data") & set(HEAVY)
     assert not _loaded("import reprise.cli._fast") & set(HEAVY)
+    assert not _loaded("import reprise.train") & set(HEAVY + ["safetensors", "skops"])
+    assert not _loaded("import reprise.store") & set(HEAVY + ["safetensors", "skops"]) - {
+        "sqlalchemy", "alembic", "fsspec"}
 
 
 def test_public_api_is_pinned() -> None:
@@ -38,6 +41,6 @@ def test_public_api_is_pinned() -> None:
         "init", "log_artifact", "log_metric", "log_metrics", "log_param", "log_params",
         "open_workspace", "register_materializer", "set_tag", "start_run",
         "step", "pipeline", "File", "Dir", "Pipeline", "Step",
-        "Dataset", "add_dataset", "split", "make_loader"])
+        "Dataset", "add_dataset", "split", "make_loader", "Trainer", "EarlyStopping"])
     for name in reprise.__all__:
         assert getattr(reprise, name) is not None

@@ -44,7 +44,13 @@ _EXPORTS: dict[str, str] = {
     "add_dataset": "reprise.data",
     "split": "reprise.data",
     "make_loader": "reprise.data",
+    "Trainer": "reprise.train",
+    "EarlyStopping": "reprise.train",
 }
+
+# subpackages reachable as attributes (``reprise.train.fit_estimator``) without importing
+# them at start-up
+_SUBPACKAGES = frozenset({"core", "env", "store", "tracking", "pipeline", "data", "train"})
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
@@ -66,9 +72,12 @@ if TYPE_CHECKING:
         set_tag,
         start_run,
     )
+    from reprise.train import EarlyStopping, Trainer
 
 
 def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"reprise.{name}")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'reprise' has no attribute {name!r}")

@@ -224,6 +224,28 @@ def run(
         raise typer.Exit(code)
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                                "allow_interspersed_args": False})
+def train(
+    ctx: typer.Context,
+    script: Annotated[Path, typer.Argument(help="Training script (uses reprise.train.Trainer).")],
+    nproc: Annotated[int, typer.Option(
+        "--nproc", help="Processes on this machine; >1 launches DDP through torchrun.")] = 1,
+) -> None:
+    """Run a training script, on N processes with DDP (arguments after SCRIPT go to it).
+
+    Every rank gets torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE,
+    MASTER_ADDR=127.0.0.1, MASTER_PORT); the Trainer shards the data by rank and
+    logs and checkpoints on rank 0. If a rank dies the others are stopped; run the
+    same command again with resume="auto" in the script to continue.
+    """
+    from reprise.train._launch import launch
+
+    code = launch(script, list(ctx.args), nproc=nproc)
+    if code:
+        raise typer.Exit(code if code > 0 else 128 - code)
+
+
 @app.command()
 def verify(
     run_id: Annotated[str, typer.Argument(metavar="RUN", help="Pipeline run to re-execute.")],

@@ -253,6 +253,19 @@ def verify_report(report: Any) -> None:
             deltas = v.error.strip().splitlines()[-1] if v.error.strip() else v.error
         table.add_row(v.step, f"[{_VERDICT_STYLE.get(v.status, '')}]{label}[/]", outs, deltas)
     con.print(table)
+    for v in report.steps:
+        for d in v.determinism:
+            if d.get("deterministic"):
+                con.print(f"[green]training in {v.step}:[/] deterministic over {d['steps']} "
+                          "optimizer step(s) run twice")
+            else:
+                more = len(d.get("parameters") or []) - 1
+                con.print(f"[bold red]training in {v.step} is not deterministic:[/] the first "
+                          f"{d['steps']} steps run twice diverge at optimizer step "
+                          f"{d.get('first_divergent_step')}, parameter "
+                          f"{(d.get('parameters') or ['?'])[0]}"
+                          + (f" (+{more} more)" if more > 0 else "")
+                          + ". Set Trainer(deterministic=True) and seed the data loader.")
     env_changes(report.env_changes)
     if report.ok:
         con.print("[green]verified:[/] every output is "

@@ -11,6 +11,7 @@ only needs the artifact store's URL.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import importlib.util
 import os
 import random
@@ -82,15 +83,61 @@ class StepContext:
 
 
 def seed_generators(seed: int) -> None:
-    """Seed Python's ``random``, numpy's global generator and torch (if imported)."""
+    """Seed Python's ``random``, numpy's global generator and torch.
+
+    torch is not imported for this (it costs a second): when it is not loaded
+    yet, it is seeded the moment a step imports it (see :class:`_SeedTorchOnImport`),
+    so a step's random draws are the same whether or not an earlier step in the
+    same worker process happened to import torch first.
+    """
     random.seed(seed)
     if "numpy" in sys.modules or importlib.util.find_spec("numpy") is not None:
         import numpy as np
 
         np.random.seed(seed % 2**32)
+    _SeedTorchOnImport.disarm()
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.manual_seed(seed)
+    else:
+        _SeedTorchOnImport.arm(seed)
+
+
+class _SeedTorchOnImport(importlib.abc.MetaPathFinder):
+    """A one-shot import hook: seeds torch right after a step first imports it."""
+
+    _armed: _SeedTorchOnImport | None = None
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    @classmethod
+    def arm(cls, seed: int) -> None:
+        cls._armed = cls(seed)
+        sys.meta_path.insert(0, cls._armed)
+
+    @classmethod
+    def disarm(cls) -> None:
+        if cls._armed is not None and cls._armed in sys.meta_path:
+            sys.meta_path.remove(cls._armed)
+        cls._armed = None
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != "torch":
+            return None
+        self.disarm()
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None:
+            return spec
+        loader, seed = spec.loader, self.seed
+        run_module = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            run_module(module)
+            module.manual_seed(seed)
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
 
 
 def _resolve_function(task: Task) -> Any:
@@ -156,6 +203,7 @@ def execute_task(task: Task, store: Any = None) -> TaskResult:
             value = func(**kwargs)
         finally:
             _active.remove(ctx)  # type: ignore[arg-type]
+            _SeedTorchOnImport.disarm()
         from reprise.pipeline._step import lookup_step, split_outputs
 
         try:

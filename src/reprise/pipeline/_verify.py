@@ -33,6 +33,7 @@ class StepVerdict:
     outputs: list[dict[str, Any]] = field(default_factory=list)
     metric_deltas: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    determinism: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -81,6 +82,7 @@ def verify_run(ws: Any, run_ref: str, *, steps: Iterable[str] | None = None,
     scratch = Path(tempfile.mkdtemp(prefix="reprise-verify-"))
     try:
         new_id, failure = _replay_in_subprocess(ws, rec, scratch, wanted, workers, stream)
+        checks = _determinism_checks(scratch / DETERMINISM_FILE)
     finally:
         if not keep_scratch:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -91,6 +93,8 @@ def verify_run(ws: Any, run_ref: str, *, steps: Iterable[str] | None = None,
         names = [n for n in names if n in _upstream_names(original, wanted)]
     verdicts = [_compare(ws, rec.id, new_id, n, recorded.get(n), fresh.get(n), tolerance)
                 for n in names]
+    for v in verdicts:
+        v.determinism = checks.get(v.step, [])
     if failure and not verdicts:
         verdicts.append(StepVerdict(step="<pipeline>", status="failed", error=failure))
     env_changes: list[dict[str, Any]] = []
@@ -103,6 +107,26 @@ def verify_run(ws: Any, run_ref: str, *, steps: Iterable[str] | None = None,
                 meta.get_environment(rec.env_hash), meta.get_environment(new_rec.env_hash))]
     return VerifyReport(run_id=rec.id, verify_run_id=new_id, steps=verdicts,
                         env_changes=env_changes, tolerance=tolerance)
+
+
+# Training steps re-executed by verify also train their first steps twice (the
+# Trainer reads these variables; see reprise.train.check_determinism) and append
+# one JSON line per Trainer to this file in the scratch folder.
+DETERMINISM_FILE = "determinism.jsonl"
+DETERMINISM_STEPS = 4
+
+
+def _determinism_checks(path: Path) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    if not path.is_file():
+        return out
+    for line in path.read_text().splitlines():
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        out.setdefault(str(doc.get("step_name")), []).append(doc)
+    return out
 
 
 def _upstream_names(steps: list[dict[str, Any]], wanted: list[str]) -> set[str]:
@@ -123,7 +147,9 @@ def _replay_in_subprocess(ws: Any, rec: Any, scratch: Path, steps: list[str],
                           workers: int | None, stream: Any) -> tuple[str | None, str | None]:
     spec = {"workspace": str(ws.root), "run_id": rec.id, "scratch": str(scratch),
             "steps": steps, "workers": workers}
-    env = {**os.environ, "REPRISE_WORKSPACE": str(ws.root)}
+    env = {**os.environ, "REPRISE_WORKSPACE": str(ws.root),
+           "REPRISE_CHECK_DETERMINISM": str(scratch / DETERMINISM_FILE),
+           "REPRISE_CHECK_DETERMINISM_STEPS": str(DETERMINISM_STEPS)}
     proc = subprocess.run([sys.executable, "-m", "reprise.pipeline._verify", json.dumps(spec)],
                           capture_output=True, text=True, env=env, cwd=str(scratch))
     if stream is not None and proc.stderr:

@@ -1,0 +1,71 @@
+"""Launching a training script on N processes through ``torch.distributed.run``.
+
+torchrun (``torch.distributed.run``) is the trusted launcher: it sets the
+environment every rank reads (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+``MASTER_ADDR``, ``MASTER_PORT``), watches the workers and stops them all when
+one fails. This module only picks a free loopback port and keeps gloo on the
+loopback interface for single-machine runs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from reprise.core.errors import UserError
+
+__all__ = ["launch", "torchrun_command"]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def torchrun_command(script: str | os.PathLike[str], args: Sequence[str], nproc: int,
+                     port: int | None = None) -> list[str]:
+    """The ``python -m torch.distributed.run`` command line for one machine."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--node-rank", "0",
+            "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
+            "--master-port", str(port or _free_port()), str(script), *args]
+
+
+def launch(script: str | os.PathLike[str], args: Sequence[str] = (), *, nproc: int = 1,
+           env: dict[str, str] | None = None, timeout: float | None = None) -> int:
+    """Run ``script`` with ``args`` on ``nproc`` processes; its exit code.
+
+    One process runs the script directly. More go through torchrun with a
+    torchrun-compatible environment, so the :class:`~reprise.train.Trainer`
+    inside shards the data by rank, logs and checkpoints on rank 0 only, and
+    resumes the same way. When one rank dies, torchrun stops the others and
+    the exit code is non-zero; run again with ``resume="auto"`` to continue.
+    """
+    path = Path(script)
+    if not path.is_file():
+        raise UserError(f"{str(path)!r} is not a file; give the training script to launch")
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        raise UserError(f"--nproc must be a positive integer; got {nproc!r}")
+    full_env = {**os.environ, **(env or {})}
+    if nproc == 1:
+        cmd = [sys.executable, str(path), *args]
+    else:
+        # one machine: keep gloo's connections on the loopback interface
+        full_env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        full_env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+        cmd = torchrun_command(path, args, nproc)
+    proc = subprocess.Popen(cmd, env=full_env)
+    try:
+        return proc.wait(timeout=timeout)
+    except BaseException:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
