@@ -8,7 +8,7 @@ PIP_FLAGS := -q --disable-pip-version-check
 # resolves to the machine's CPU build. GPU users: make test TORCH_SPEC='torch==2.13.0+cu128'
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test test-reliability bench lint install install-dev install-bench clean help
+.PHONY: demo test test-reliability bench lint install install-torch install-dev install-bench clean help
 
 help:
 	@echo "make demo   - install and run the example end to end (embedded SQLite workspace)"
@@ -24,6 +24,10 @@ $(VENV)/.stamp-core: $(PY) pyproject.toml constraints.txt
 	$(PIP) $(PIP_FLAGS) install -c constraints.txt -e .
 	@touch $@
 
+$(VENV)/.stamp-torch: $(VENV)/.stamp-core
+	$(PIP) $(PIP_FLAGS) install -c constraints.txt -e '.[torch]' '$(TORCH_SPEC)'
+	@touch $@
+
 $(VENV)/.stamp-dev: $(VENV)/.stamp-core
 	$(PIP) $(PIP_FLAGS) install -c constraints.txt -e '.[dev]' '$(TORCH_SPEC)'
 	@touch $@
@@ -33,10 +37,11 @@ $(VENV)/.stamp-bench: $(VENV)/.stamp-dev
 	@touch $@
 
 install: $(VENV)/.stamp-core
+install-torch: $(VENV)/.stamp-torch
 install-dev: $(VENV)/.stamp-dev
 install-bench: $(VENV)/.stamp-bench
 
-demo: install
+demo: install-torch
 	$(PY) examples/demo.py
 
 test: install-dev

@@ -5,10 +5,13 @@ embedded SQLite workspace, driven through the CLI as a user would.
 2. ``reprise data add`` registers the data as ``cancer@1``, validated against its
    pandera schema and profiled; a damaged copy is refused with a report;
 2. ``reprise run pipeline.py:tabular`` executes every step, reading ``cancer@latest``
-   and splitting it deterministically by id;
+   and splitting it deterministically by id, fitting a scikit-learn model (stored with
+   skops) and training an MLP with ``reprise.train.Trainer`` (deterministic, early
+   stopping, profiled; stored in safetensors);
 3. the same command again reuses every step from the cache;
 4. ``reprise verify`` re-executes the first run with the cache off and proves
-   every output identical;
+   every output identical, the trained MLP included (and checks that its first
+   training steps are deterministic);
 5. ``reprise lineage`` shows where the metrics came from, and ``reprise runs
    show`` the recorded run.
 """

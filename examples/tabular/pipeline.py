@@ -1,13 +1,16 @@
 """A small but realistic tabular pipeline on scikit-learn's breast-cancer data
 (shipped with scikit-learn, no download), read from the registered, validated
-dataset version ``cancer@latest``: load -> validate -> split -> featurize -> train
--> evaluate.
+dataset version ``cancer@latest``: load -> validate -> split -> featurize -> train a
+logistic regression (scikit-learn, stored with skops) and an MLP (PyTorch, trained with
+reprise.train.Trainer, stored in safetensors) -> evaluate both.
 
     reprise data add cancer data/cancer.csv --schema schema.py:schema
     reprise run pipeline.py:tabular -p C=0.5
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -51,27 +54,57 @@ def featurize(train: pd.DataFrame, test: pd.DataFrame
 
 
 @step
-def train_model(x: np.ndarray, y: np.ndarray, C: float, max_iter: int) -> dict:
+def train_model(x: np.ndarray, y: np.ndarray, C: float, max_iter: int) -> Any:
     from sklearn.linear_model import LogisticRegression
 
-    model = LogisticRegression(C=C, max_iter=max_iter)
-    model.fit(x, y)
+    # fit time and sample count are logged; the estimator is stored with skops (no pickle)
+    model = reprise.train.fit_estimator(LogisticRegression(C=C, max_iter=max_iter), x, y)
     reprise.log_metric("train_accuracy", float(model.score(x, y)))
-    # the fitted parameters, as plain data (no pickle)
-    return {"coef": model.coef_.ravel().tolist(), "intercept": float(model.intercept_[0])}
+    return model
 
 
 @step
-def evaluate(model: dict, x: np.ndarray, y: np.ndarray) -> dict:
+def train_mlp(x: np.ndarray, y: np.ndarray, epochs: int, lr: float) -> Any:
+    import torch
+    from models import MLP  # a module of this project
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from reprise.train import EarlyStopping, Trainer
+
+    n_val = len(x) // 5  # the last fifth of the training rows for early stopping
+    features = torch.tensor(x, dtype=torch.float32)
+    labels = torch.tensor(y, dtype=torch.int64)
+    train = DataLoader(TensorDataset(features[n_val:], labels[n_val:]), batch_size=32,
+                       shuffle=True)
+    val = DataLoader(TensorDataset(features[:n_val], labels[:n_val]), batch_size=128)
+    model = MLP(x.shape[1])
+    trainer = Trainer(model, lambda p: torch.optim.AdamW(p, lr=lr),
+                      loss=torch.nn.functional.cross_entropy, max_epochs=epochs,
+                      early_stopping=EarlyStopping(patience=5), deterministic=True, seed=0,
+                      device="auto", log_every=10)
+    trainer.fit(train, val)
+    return model.cpu().eval()
+
+
+def _scores(y: np.ndarray, proba: np.ndarray) -> dict:
     from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
 
-    logits = x @ np.asarray(model["coef"]) + model["intercept"]
-    proba = 1.0 / (1.0 + np.exp(-logits))
     pred = (proba >= 0.5).astype(int)
-    metrics = {"accuracy": float(accuracy_score(y, pred)), "f1": float(f1_score(y, pred)),
-               "roc_auc": float(roc_auc_score(y, proba))}
-    for k, v in metrics.items():
-        reprise.log_metric(k, v)
+    return {"accuracy": float(accuracy_score(y, pred)), "f1": float(f1_score(y, pred)),
+            "roc_auc": float(roc_auc_score(y, proba))}
+
+
+@step
+def evaluate(model: Any, mlp: Any, x: np.ndarray, y: np.ndarray) -> dict:
+    import torch
+
+    with torch.no_grad():
+        mlp_proba = torch.softmax(mlp(torch.tensor(x, dtype=torch.float32)), dim=1)[:, 1]
+    metrics = {"logreg": _scores(y, model.predict_proba(x)[:, 1]),
+               "mlp": _scores(y, mlp_proba.numpy())}
+    for name, scores in metrics.items():
+        for k, v in scores.items():
+            reprise.log_metric(f"{name}.{k}", v)
     return metrics
 
 
@@ -80,9 +113,11 @@ CANCER = Dataset("cancer@latest")  # the newest registered version, resolved onc
 
 @reprise.pipeline
 def tabular(data: Dataset = CANCER, C: float = 1.0,
-            test_fraction: float = 0.25, max_iter: int = 500):
+            test_fraction: float = 0.25, max_iter: int = 500, epochs: int = 30,
+            lr: float = 0.003):
     frame = validate(load(data))
     train, test = split(frame, test_fraction)
     x_train, y_train, x_test, y_test, _prep = featurize(train, test)
     model = train_model(x_train, y_train, C, max_iter)
-    return evaluate(model, x_test, y_test)
+    mlp = train_mlp(x_train, y_train, epochs, lr)
+    return evaluate(model, mlp, x_test, y_test)
