@@ -189,6 +189,9 @@ def execute_task(task: Task, store: Any = None) -> TaskResult:
             elif kind == "artifact":
                 kwargs[name] = load_object(store, payload["hash"], payload["materializer"],
                                            payload.get("meta") or {})
+            elif kind == "artifacts":  # fan-in: a list of upstream outputs
+                kwargs[name] = [load_object(store, p["hash"], p["materializer"],
+                                            p.get("meta") or {}) for p in payload]
             elif kind == "path":
                 from reprise.pipeline._files import Dir, File
 

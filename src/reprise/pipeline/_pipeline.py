@@ -130,6 +130,8 @@ class _Builder:
             inputs[pname] = self._check_input(name, callsite, pname, value)
             if isinstance(value, StepOutput):
                 upstream.append(value.node)
+            elif is_gather(inputs[pname]):
+                upstream.extend(o.node for o in inputs[pname])
         shape, spec = step_.output_spec
         for oname, ann in spec:
             problem = storable_problem(ann)
@@ -159,10 +161,18 @@ class _Builder:
                 f"{value[0].node!r}; unpack them and pass one.")
         if isinstance(value, PathInput) or is_external(value):
             return value
+        if is_gather(value):  # fan-in: a list of step outputs, loaded as a list
+            for i, item in enumerate(value):
+                if item.node not in self.nodes:
+                    raise PipelineDefinitionError(
+                        f"step {node!r} ({callsite}): input {pname!r}[{i}] is an output of step "
+                        f"{item.node!r}, which is not part of this pipeline.")
+            return list(value)
         if _contains_output(value):
             raise PipelineDefinitionError(
                 f"step {node!r} ({callsite}): input {pname!r} nests a step output inside a "
-                "container; pass step outputs directly as arguments.")
+                "container; pass step outputs directly as arguments, or a list made only of "
+                "step outputs (it arrives as a list of their values).")
         try:
             canonical_json(value)
         except (TypeError, ValueError):
@@ -171,6 +181,12 @@ class _Builder:
                 "which is not a step output, a reprise.File/Dir or a JSON-able value; "
                 "produce it in a step, or pass a path as reprise.File.") from None
         return json.loads(canonical_json(value)) if not _is_plain(value) else value
+
+
+def is_gather(value: Any) -> bool:
+    """A fan-in input: a non-empty list or tuple whose items are all step outputs."""
+    return isinstance(value, (list, tuple)) and not isinstance(value, Outputs) and bool(value) \
+        and all(isinstance(v, StepOutput) for v in value)
 
 
 def _is_plain(value: Any) -> bool:

@@ -28,7 +28,7 @@ from reprise.pipeline._cache import CACHE_FORMAT_VERSION, StepCache
 from reprise.pipeline._execute import Task, TaskResult, module_file
 from reprise.pipeline._executors import Executor, LocalExecutor
 from reprise.pipeline._files import FileHasher, PathInput, is_external
-from reprise.pipeline._pipeline import Graph, Node, Pipeline
+from reprise.pipeline._pipeline import Graph, Node, Pipeline, is_gather
 from reprise.pipeline._step import StepOutput, join_outputs
 
 __all__ = ["NodeState", "PipelineResult", "StepFailedError", "run_pipeline", "step_seed"]
@@ -290,9 +290,11 @@ def _prepare(ctx: _RunContext, node: Node) -> tuple[str, Task, dict[str, Any]]:
         if isinstance(value, StepOutput):
             out = _output(ctx, value)
             input_hashes[pname] = out["hash"]
-            task_inputs[pname] = ("artifact", {"hash": out["hash"],
-                                               "materializer": out["materializer"],
-                                               "meta": out.get("meta") or {}})
+            task_inputs[pname] = ("artifact", _load_spec(out))
+        elif is_gather(value):
+            outs = [_output(ctx, v) for v in value]
+            input_hashes[pname] = [o["hash"] for o in outs]  # type: ignore[assignment]
+            task_inputs[pname] = ("artifacts", [_load_spec(o) for o in outs])
         elif isinstance(value, PathInput):
             raw = ctx.raw_inputs[str(value.path)]
             input_hashes[pname] = raw["content_hash"]
@@ -324,6 +326,11 @@ def _prepare(ctx: _RunContext, node: Node) -> tuple[str, Task, dict[str, Any]]:
     return key, task, parts
 
 
+def _load_spec(out: dict[str, Any]) -> dict[str, Any]:
+    return {"hash": out["hash"], "materializer": out["materializer"],
+            "meta": out.get("meta") or {}}
+
+
 def _output(ctx: _RunContext, ref: StepOutput) -> dict[str, Any]:
     """The stored record of upstream output ``ref``."""
     return next(o for o in ctx.states[ref.node].outputs if o["name"] == ref.name)
@@ -334,6 +341,9 @@ def _inputs_record(ctx: _RunContext, node: Node) -> list[dict[str, Any]]:
     for pname, value in node.inputs.items():
         if isinstance(value, StepOutput):
             out.append({"name": pname, "hash": _output(ctx, value)["hash"]})
+        elif is_gather(value):
+            out.extend({"name": f"{pname}[{i}]", "hash": _output(ctx, v)["hash"]}
+                       for i, v in enumerate(value))
         elif isinstance(value, PathInput):
             raw = ctx.raw_inputs[str(value.path)]
             out.append({"name": pname, **raw["artifact"], "source": str(value.path)})
