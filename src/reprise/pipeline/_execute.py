@@ -53,14 +53,25 @@ class TaskResult:
     pid: int = 0
 
 
+#: Artifacts logged inside a step are extra outputs named with this prefix.
+ARTIFACT_PREFIX = "artifacts/"
+
+
 class StepContext:
     """Stands in for the active run while a step executes, so ``reprise.log_metric``
     inside a step works the same in any process; the metrics travel back in the
-    result and are logged to the pipeline run as ``<step>/<key>``."""
+    result and are logged to the pipeline run as ``<step>/<key>``.
 
-    def __init__(self, node: str) -> None:
+    ``log_artifact`` stores the object at once and adds it to the step's outputs
+    as ``artifacts/<name>``: it is cached and reused with the step, compared by
+    ``reprise verify`` and part of the lineage, like a returned output.
+    """
+
+    def __init__(self, node: str, store: Any = None) -> None:
         self.node = node
+        self.store = store
         self.metrics: list[tuple[str, float, int | None]] = []
+        self.artifacts: list[dict[str, Any]] = []
         self.id = f"step:{node}"
 
     def log_metric(self, key: str, value: float, step: int | None = None) -> None:
@@ -79,7 +90,26 @@ class StepContext:
         raise RuntimeError("set_tag inside a step is not supported; tag the pipeline run")
 
     def log_artifact(self, obj: Any, name: str | None = None) -> Any:
-        raise RuntimeError("return the object from the step instead: outputs are artifacts")
+        from reprise.core.errors import InvalidNameError
+        from reprise.store._artifacts import validate_artifact_name
+        from reprise.store._materializers import save_object
+
+        if isinstance(obj, (str, os.PathLike)):
+            path = Path(obj)
+            if not path.exists():
+                raise InvalidNameError(f"log_artifact: no file or folder at {str(path)!r}.")
+            obj, name = path, name or path.name
+        if name is None:
+            raise InvalidNameError(f"log_artifact needs a name for a {type(obj).__name__}, "
+                                   "e.g. reprise.log_artifact(obj, 'report.html').")
+        validate_artifact_name(name)
+        full = ARTIFACT_PREFIX + name
+        if any(a["name"] == full for a in self.artifacts):
+            raise InvalidNameError(f"step {self.node!r} logged artifact {name!r} twice; give "
+                                   "each artifact its own name.")
+        record = save_object(self.store, obj)
+        self.artifacts.append({"name": full, **record.to_dict()})
+        return record
 
 
 def seed_generators(seed: int) -> None:
@@ -181,6 +211,7 @@ def execute_task(task: Task, store: Any = None) -> TaskResult:
     t0 = time.perf_counter()
     try:
         store = store if store is not None else open_artifact_store(task.artifacts_url)
+        ctx.store = store
         func = _resolve_function(task)
         kwargs: dict[str, Any] = {}
         for name, (kind, payload) in task.inputs.items():
@@ -215,6 +246,7 @@ def execute_task(task: Task, store: Any = None) -> TaskResult:
             st = _step_for(func)
         for oname, obj in split_outputs(st, value):
             result.outputs.append({"name": oname, **save_object(store, obj).to_dict()})
+        result.outputs.extend(ctx.artifacts)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit from a step is a step failure too

@@ -25,7 +25,7 @@ from reprise.core._hashing import hash_value
 from reprise.core._ids import new_id
 from reprise.core.errors import RepriseError, UserError
 from reprise.pipeline._cache import CACHE_FORMAT_VERSION, StepCache
-from reprise.pipeline._execute import Task, TaskResult, module_file
+from reprise.pipeline._execute import ARTIFACT_PREFIX, Task, TaskResult, module_file
 from reprise.pipeline._executors import Executor, LocalExecutor
 from reprise.pipeline._files import FileHasher, PathInput, is_external
 from reprise.pipeline._pipeline import Graph, Node, Pipeline, is_gather
@@ -95,7 +95,7 @@ class PipelineResult:
             raise KeyError(f"step {node!r} has no outputs (status {state.status})")
         store = self.workspace.artifacts
         values = {o["name"]: load_object(store, o["hash"], o["materializer"], o.get("meta") or {})
-                  for o in state.outputs}
+                  for o in state.outputs if not o["name"].startswith(ARTIFACT_PREFIX)}
         return join_outputs(self.graph.nodes[node].step, values)
 
 
