@@ -662,3 +662,31 @@ def test_a_scheduler_of_another_optimizer_is_refused() -> None:
     sched = torch.optim.lr_scheduler.StepLR(other, 1)
     with pytest.raises(UserError, match="scheduler belongs to another optimizer"):
         trainer(scheduler=sched).fit(loader())
+
+
+# -- tuning trials ------------------------------------------------------------------------
+
+
+class _Recorder:
+    def __init__(self, prune_at: int | None) -> None:
+        self.seen: list[tuple[dict[str, float], int]] = []
+        self.prune_at = prune_at
+
+    def report(self, values: Any, step: int) -> None:
+        self.seen.append((dict(values), step))
+
+    def should_prune(self) -> bool:
+        return self.prune_at is not None and len(self.seen) >= self.prune_at
+
+
+def test_validation_metrics_go_to_the_enclosing_trial_which_can_prune() -> None:
+    from reprise.core._report import reporting_to
+    from reprise.core.errors import TrialPruned
+
+    rec = _Recorder(prune_at=None)
+    with reporting_to(rec):
+        trainer(max_epochs=3).fit(loader(), loader())
+    assert [step for _, step in rec.seen] == [4, 8, 12] and "val_loss" in rec.seen[0][0]
+    pruned = _Recorder(prune_at=2)
+    with reporting_to(pruned), pytest.raises(TrialPruned, match="optimizer step 8"):
+        trainer(max_epochs=3).fit(loader(), loader())

@@ -24,9 +24,10 @@ for lookups (the habit httpx follows in ``httpx/_exceptions.py``)::
     │   ├── NoActiveRunError                (RuntimeError)
     │   ├── MaterializerError               (TypeError)
     │   └── MissingExtraError               (ImportError)
-    └── StoreError
-        ├── IntegrityError                  (ValueError)   a blob whose bytes do not match its hash
-        └── SchemaVersionError              (RuntimeError) database newer than this Reprise
+    ├── StoreError
+    │   ├── IntegrityError                  (ValueError)   a blob whose bytes do not match its hash
+    │   └── SchemaVersionError              (RuntimeError) database newer than this Reprise
+    └── TrialPruned                                        a tuning trial told to stop early
 
 Every message says what was wrong, what was given, and what to do next.
 """
@@ -50,6 +51,7 @@ __all__ = [
     "RunNotFoundError",
     "SchemaVersionError",
     "StoreError",
+    "TrialPruned",
     "UserError",
     "WorkspaceExistsError",
     "WorkspaceNotFoundError",
@@ -133,3 +135,11 @@ class IntegrityError(StoreError, ValueError):
 
 class SchemaVersionError(StoreError, RuntimeError):
     """The database schema is newer than this version of Reprise understands."""
+
+
+class TrialPruned(RepriseError):
+    """The tuning trial this code runs in was pruned: stop and let the tuner record it.
+
+    Not a failure: the tuner catches it and marks the trial pruned (see
+    :mod:`reprise.core._report`).
+    """

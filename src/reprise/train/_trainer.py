@@ -852,12 +852,42 @@ class Trainer:
 
     def _validate_and_check(self) -> str | None:
         metrics = self.validate()
+        self._report_to_trial(metrics)
         if self.early_stopping is not None:
             why = self.early_stopping.update(metrics)
             if why is not None:
                 self._say(f"early stopping at step {self.global_step}: {why}")
                 return "early_stopping"
         return None
+
+    def _report_to_trial(self, metrics: Mapping[str, float]) -> None:
+        """Inside a tuning trial, report the validation metrics; stop when it is pruned.
+
+        Rank 0 reports and the decision is shared, so every rank stops together.
+        """
+        from reprise.core._report import current_reporter
+
+        reporter = current_reporter()
+        if reporter is None:
+            return
+        prune = False
+        if self.rank == 0:
+            reporter.report(metrics, self.global_step)
+            prune = reporter.should_prune()
+        if self.world_size > 1:
+            import torch
+            import torch.distributed as dist
+
+            flag = torch.tensor([int(prune)], device=self.device if self.device.type == "cuda"
+                                else "cpu")
+            dist.broadcast(flag, src=0)
+            prune = bool(flag.item())
+        if prune:
+            from reprise.core.errors import TrialPruned
+
+            self._say(f"tuning trial pruned at optimizer step {self.global_step} "
+                      f"(validation {dict(metrics)})")
+            raise TrialPruned(f"trial pruned at optimizer step {self.global_step}")
 
     def validate(self, data: Any = None) -> dict[str, float]:
         """One pass over the validation data; metrics averaged by batch size.
