@@ -390,8 +390,8 @@ def _finish(ctx: _RunContext, node: Node, key: str, task: Task, parts: dict[str,
         "inputs": _inputs_record(ctx, node), "outputs": st.outputs,
     }
     ctx.run.record_step(record)
+    _log_step_metrics(ctx, node.name, res.metrics)  # a failed step's too: say why it failed
     if ok:
-        _log_step_metrics(ctx, node.name, res.metrics)
         if node.step.cache:
             ctx.cache.put(key, {"step": node.name, "outputs": st.outputs,
                                 "metrics": res.metrics, "duration": res.duration,

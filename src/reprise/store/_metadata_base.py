@@ -68,6 +68,11 @@ class BaseMetadataStore(abc.ABC):
     def ingest(self, run_id: str, start_offset: int, batch: JournalBatch) -> bool:
         """Apply ``batch`` (read from ``start_offset``); False when it was already applied."""
 
+    def ingest_many(self, items: list[tuple[str, int, JournalBatch]]) -> list[bool]:
+        """:meth:`ingest` each ``(run_id, start_offset, batch)``, in order; a backend may
+        apply them in one transaction (one commit for many small finished runs)."""
+        return [self.ingest(run_id, start, batch) for run_id, start, batch in items]
+
     # -- runs ------------------------------------------------------------------------
     @abc.abstractmethod
     def get_run(self, run_id: str) -> RunRecord:

@@ -172,31 +172,43 @@ class SqlMetadataStore(BaseMetadataStore):
     def ingest(self, run_id: str, start_offset: int, batch: JournalBatch) -> bool:
         return self._retry(lambda: self._ingest_once(run_id, start_offset, batch))
 
+    def ingest_many(self, items: list[tuple[str, int, JournalBatch]]) -> list[bool]:
+        def once() -> list[bool]:
+            with self._write() as conn:
+                return [self._ingest_on(conn, *item) for item in items]
+
+        return self._retry(once)
+
     def _ingest_once(self, run_id: str, start_offset: int, batch: JournalBatch) -> bool:
         with self._write() as conn:
-            if self.dialect == "postgresql":
-                # several processes may ingest one journal (its writer, a reader catching
-                # up); serialise them per run so the offset check below is exact
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:k))"),
-                             {"k": f"reprise-ingest:{run_id}"})
-            row = conn.execute(
-                sa.select(s.runs.c.journal_offset).where(s.runs.c.id == run_id)
-            ).first()
-            stored = 0 if row is None else int(row[0])
-            if stored != start_offset:
-                return False
-            for env in batch.environments:
-                self._insert_ignore(conn, s.environments, [{
-                    "hash": env["hash"], "fingerprint": json.dumps(env["fingerprint"]),
-                    "created_at": time.time()}], ["hash"])
-            if batch.header is not None and row is None:
-                conn.execute(s.runs.insert().values(**_run_row(batch.header)))
-            elif row is None:
-                raise StoreError(f"journal of run {run_id} has no header; it cannot be ingested.")
-            self._apply_body(conn, run_id, batch)
-            conn.execute(s.runs.update().where(s.runs.c.id == run_id)
-                         .values(journal_offset=batch.end_offset))
-            return True
+            return self._ingest_on(conn, run_id, start_offset, batch)
+
+    def _ingest_on(self, conn: Connection, run_id: str, start_offset: int,
+                   batch: JournalBatch) -> bool:
+        """Apply one batch inside the caller's transaction (of ingest or ingest_many)."""
+        if self.dialect == "postgresql":
+            # several processes may ingest one journal (its writer, a reader catching
+            # up); serialise them per run so the offset check below is exact
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:k))"),
+                         {"k": f"reprise-ingest:{run_id}"})
+        row = conn.execute(
+            sa.select(s.runs.c.journal_offset).where(s.runs.c.id == run_id)
+        ).first()
+        stored = 0 if row is None else int(row[0])
+        if stored != start_offset:
+            return False
+        for env in batch.environments:
+            self._insert_ignore(conn, s.environments, [{
+                "hash": env["hash"], "fingerprint": json.dumps(env["fingerprint"]),
+                "created_at": time.time()}], ["hash"])
+        if batch.header is not None and row is None:
+            conn.execute(s.runs.insert().values(**_run_row(batch.header)))
+        elif row is None:
+            raise StoreError(f"journal of run {run_id} has no header; it cannot be ingested.")
+        self._apply_body(conn, run_id, batch)
+        conn.execute(s.runs.update().where(s.runs.c.id == run_id)
+                     .values(journal_offset=batch.end_offset))
+        return True
 
     def _apply_body(self, conn: Connection, run_id: str, batch: JournalBatch) -> None:
         if batch.params:

@@ -11,9 +11,10 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from reprise.core._config import Config, load_config
 from reprise.core._types import RunStatus
@@ -122,6 +123,33 @@ class Workspace:
                 offset = store.journal_offset(run_id)  # someone else ingested; catch up
                 continue
             offset = batch.end_offset
+
+    def ingest_finished(self, run_ids: Iterable[str]) -> None:
+        """Ingest the journals of ended runs (written with ``defer_ingest``) in one
+        transaction and archive them: one commit for many small runs, such as the
+        trials of a study. A journal another process ingested meanwhile is caught up
+        on its own; one already archived is skipped."""
+        items: list[tuple[str, int, Any]] = []
+        parents: set[str] = set()
+        for run_id in run_ids:
+            path = self.journal_path(run_id)
+            try:
+                batch = read_journal(path, 0)
+            except FileNotFoundError:
+                continue
+            parent = (batch.header or {}).get("parent_id")
+            if parent:
+                parents.add(str(parent))
+            items.append((run_id, 0, batch))
+        for parent in sorted(parents - {i[0] for i in items}):
+            self._ingest_parent(parent)
+        done = self.metadata.ingest_many(items)
+        for (run_id, _, _), ok in zip(items, done, strict=True):
+            path = self.journal_path(run_id)
+            if not ok:
+                with contextlib.suppress(FileNotFoundError):
+                    self.ingest_journal(path)
+            self._archive(path)
 
     def _ingest_parent(self, parent_id: str) -> None:
         """A child's row references its parent's: make sure the parent is in first."""
