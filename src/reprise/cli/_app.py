@@ -294,3 +294,29 @@ def lineage(
         typer.echo(to_dot(tree), nl=False)
     else:
         render.lineage_tree(tree)
+
+
+@app.command()
+def report(
+    run_id: Annotated[str, typer.Argument(metavar="RUN", help="Run id (unique prefix is enough).")],
+    step: Annotated[str | None, typer.Option(
+        help="The pipeline step whose evaluation to show (when several logged one).")] = None,
+    name: Annotated[str | None, typer.Option(
+        help="The evaluation's name= (when one run or step holds several).")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "-o", "--output", help="File to write (default: ./evaluation-<run8>.html).")] = None,
+    open_it: Annotated[bool, typer.Option("--open", help="Open it in a web browser.")] = False,
+) -> None:
+    """Write the HTML evaluation report of a run (or of one of its pipeline steps)."""
+    from reprise.core._atomic import atomic_write_bytes
+    from reprise.evaluate._artifacts import load_report
+
+    full_id, _, html = load_report(_ws(), run_id, step, name)
+    path = output if output is not None else Path(f"evaluation-{full_id[:8]}.html")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, html)
+    typer.echo(str(path))
+    if open_it:
+        import webbrowser
+
+        webbrowser.open(path.resolve().as_uri())

@@ -23,7 +23,8 @@ for lookups (the habit httpx follows in ``httpx/_exceptions.py``)::
     │   ├── RunFinishedError                (RuntimeError)
     │   ├── NoActiveRunError                (RuntimeError)
     │   ├── MaterializerError               (TypeError)
-    │   └── MissingExtraError               (ImportError)
+    │   ├── MissingExtraError               (ImportError)
+    │   └── GateFailedError                                a quality gate of an evaluation failed
     ├── StoreError
     │   ├── IntegrityError                  (ValueError)   a blob whose bytes do not match its hash
     │   └── SchemaVersionError              (RuntimeError) database newer than this Reprise
@@ -34,11 +35,14 @@ Every message says what was wrong, what was given, and what to do next.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AmbiguousIdError",
     "ArtifactNotFoundError",
     "ConfigError",
     "EnvironmentNotFoundError",
+    "GateFailedError",
     "IntegrityError",
     "InvalidNameError",
     "MaterializerError",
@@ -123,6 +127,20 @@ class MaterializerError(UserError, TypeError):
 
 class MissingExtraError(UserError, ImportError):
     """An optional dependency is needed; the message names the extra to install."""
+
+
+class GateFailedError(UserError):
+    """A quality gate of an evaluation failed; the message is a table of the failures.
+
+    ``results`` holds every gate's outcome and ``evaluation`` the evaluation
+    itself (``reprise.evaluate.Evaluation``), when raised in this process.
+    """
+
+    def __init__(self, message: str, results: list[dict[str, Any]] | None = None,
+                 evaluation: Any = None) -> None:
+        super().__init__(message)
+        self.results = results or []
+        self.evaluation = evaluation
 
 
 class StoreError(RepriseError):
