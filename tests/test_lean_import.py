@@ -33,6 +33,15 @@ def test_data_package_and_fast_cli_path_load_nothing_heavy() -> None:
         "sqlalchemy", "alembic", "fsspec"}
 
 
+def test_evaluate_package_loads_nothing_heavy() -> None:
+    assert not _loaded("import reprise.evaluate") & set(HEAVY + ["scipy", "plotly", "numpy"])
+    assert not _loaded("import reprise; reprise.evaluate.__all__") & set(HEAVY + ["plotly"])
+
+
+def test_tune_package_loads_nothing_heavy() -> None:
+    assert not _loaded("import reprise.tune") & set(HEAVY + ["optuna", "plotly", "numpy"])
+
+
 def test_public_api_is_pinned() -> None:
     import reprise
 
@@ -41,6 +50,7 @@ def test_public_api_is_pinned() -> None:
         "init", "log_artifact", "log_metric", "log_metrics", "log_param", "log_params",
         "open_workspace", "register_materializer", "set_tag", "start_run",
         "step", "pipeline", "File", "Dir", "Pipeline", "Step",
-        "Dataset", "add_dataset", "split", "make_loader", "Trainer", "EarlyStopping"])
+        "Dataset", "add_dataset", "split", "make_loader", "Trainer", "EarlyStopping",
+        "BestParams"])
     for name in reprise.__all__:
         assert getattr(reprise, name) is not None

@@ -46,11 +46,13 @@ _EXPORTS: dict[str, str] = {
     "make_loader": "reprise.data",
     "Trainer": "reprise.train",
     "EarlyStopping": "reprise.train",
+    "BestParams": "reprise.tune",
 }
 
 # subpackages reachable as attributes (``reprise.train.fit_estimator``) without importing
 # them at start-up
-_SUBPACKAGES = frozenset({"core", "env", "store", "tracking", "pipeline", "data", "train"})
+_SUBPACKAGES = frozenset({"core", "env", "store", "tracking", "pipeline", "data", "train",
+                          "evaluate", "tune"})
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
         start_run,
     )
     from reprise.train import EarlyStopping, Trainer
+    from reprise.tune import BestParams
 
 
 def __getattr__(name: str) -> Any:

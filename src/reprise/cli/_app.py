@@ -14,6 +14,7 @@ import typer
 from reprise.cli import _render as render
 from reprise.cli._data import data_app
 from reprise.cli._fast import workspace as _ws
+from reprise.cli._tune import tune_app
 
 app = typer.Typer(
     name="reprise",
@@ -28,6 +29,7 @@ env_app = typer.Typer(help="Show and compare environment fingerprints.", no_args
 app.add_typer(runs_app, name="runs")
 app.add_typer(env_app, name="env")
 app.add_typer(data_app, name="data")
+app.add_typer(tune_app, name="tune")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 

@@ -34,6 +34,7 @@ class RunKind(str, enum.Enum):
     STEP = "step"
     TRIAL = "trial"
     TRAINING = "training"
+    TUNING = "tuning"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,82 @@
+"""Where studies live: Optuna's own storages, chosen by the workspace's configuration.
+
+* Embedded workspace (SQLite metadata): one ``JournalStorage`` file,
+  ``.reprise/studies/optuna.journal``. Optuna's journal is an append-only log
+  with a file lock, so several processes on this machine share a study safely.
+* PostgreSQL metadata store: Optuna's ``RDBStorage`` on the same database, in a
+  schema of its own (``optuna``) — both Optuna and Reprise keep an Alembic
+  ``alembic_version`` table, which would collide in one schema — so workers on
+  several machines can share a study through the database.
+
+``REPRISE_TUNE_STORAGE`` overrides both with any Optuna storage URL.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from reprise.core.errors import ConfigError, UserError
+
+__all__ = ["STORAGE_ENV", "open_storage", "storage_url"]
+
+STORAGE_ENV = "REPRISE_TUNE_STORAGE"
+_SCHEMA = "optuna"
+_cache: dict[str, Any] = {}
+
+
+def storage_url(ws: Any) -> str:
+    """The storage URL of the workspace's studies (``journal:///path`` for the journal)."""
+    override = os.environ.get(STORAGE_ENV)
+    if override:
+        return override
+    url = str(ws.config.store_url)
+    if url.startswith(("postgresql", "postgres")):
+        return _postgres_url(url)
+    return "journal://" + str(ws.config.workspace_dir / "studies" / "optuna.journal")
+
+
+def _postgres_url(url: str) -> str:
+    from reprise.store._sql import normalise_url
+
+    full = normalise_url(url)
+    sep = "&" if "?" in full else "?"
+    return f"{full}{sep}options=-csearch_path%3D{_SCHEMA}"
+
+
+def open_storage(url: str) -> Any:
+    """The Optuna storage at ``url``, one object per URL in this process."""
+    if url in _cache:
+        return _cache[url]
+    if url.startswith("journal://"):
+        from pathlib import Path
+
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+
+        path = Path(url.removeprefix("journal://"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        storage: Any = JournalStorage(JournalFileBackend(str(path)))
+    else:
+        storage = _rdb(url)
+    _cache[url] = storage
+    return storage
+
+
+def _rdb(url: str) -> Any:
+    import sqlalchemy as sa
+    from optuna.storages import RDBStorage
+
+    if "search_path" in url:
+        base = url.split("?options=")[0].split("&options=")[0]
+        try:
+            engine = sa.create_engine(base)
+            with engine.begin() as conn:
+                conn.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{_SCHEMA}"'))
+            engine.dispose()
+        except sa.exc.SQLAlchemyError as exc:
+            raise ConfigError(f"cannot prepare the study schema in {base!r}: {exc}") from None
+    try:
+        return RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+    except Exception as exc:  # noqa: BLE001 - Optuna wraps driver errors in many types
+        raise UserError(f"cannot open the study storage {url!r}: {exc}") from None
