@@ -4,15 +4,20 @@ embedded SQLite workspace, driven through the CLI as a user would.
 1. ``reprise init`` a fresh workspace in examples/tabular;
 2. ``reprise data add`` registers the data as ``cancer@1``, validated against its
    pandera schema and profiled; a damaged copy is refused with a report;
-2. ``reprise run pipeline.py:tabular`` executes every step, reading ``cancer@latest``
-   and splitting it deterministically by id, fitting a scikit-learn model (stored with
-   skops) and training an MLP with ``reprise.train.Trainer`` (deterministic, early
-   stopping, profiled; stored in safetensors);
-3. the same command again reuses every step from the cache;
-4. ``reprise verify`` re-executes the first run with the cache off and proves
-   every output identical, the trained MLP included (and checks that its first
-   training steps are deterministic);
-5. ``reprise lineage`` shows where the metrics came from, and ``reprise runs
+3. ``reprise tune`` searches the MLP's learning rate and width on Optuna (each trial
+   is a tracked pipeline run; preprocessing is computed once and reused from the
+   cache; the Trainer's validations feed the median pruner);
+4. ``reprise run pipeline.py:tabular`` with the best params executes every step,
+   reading ``cancer@latest`` and splitting it deterministically by id, fitting a
+   scikit-learn model (stored with skops) and training the MLP with
+   ``reprise.train.Trainer`` (deterministic, early stopping, profiled; stored in
+   safetensors), then evaluating both with intervals, slices and quality gates;
+5. the same command again reuses every step from the cache;
+6. ``reprise verify`` re-executes the first run with the cache off and proves
+   every output identical, the trained MLP and the evaluation reports included
+   (and checks that its first training steps are deterministic);
+7. ``reprise report`` writes the MLP's evaluation report (offline HTML);
+8. ``reprise lineage`` shows where the metrics came from, and ``reprise runs
    show`` the recorded run.
 """
 
@@ -65,12 +70,18 @@ def main() -> None:
     print("\n(the damaged export is refused, and nothing is registered:)")
     reprise("data", "add", "cancer", "data/cancer-damaged.csv", expect=2)
     reprise("data", "show", "cancer@1")
-    first = json.loads(reprise("run", "pipeline.py:tabular", "-p", "C=0.5", "--json",
-                               capture=True))
+    reprise("tune", "pipeline.py:tabular", "--space", "space.yaml", "--metric",
+            "train_mlp/best_val_loss", "--trials", "6", "--pruner", "median", "-p", "C=0.5")
+    best = json.loads(reprise("tune", "show", "tabular", "--json", capture=True))["best"]
+    tuned = [f"{k}={v}" for k, v in sorted(best["params"].items())]
+    print(f"best trial {best['number']}: {', '.join(tuned)}")
+    params = ["-p", "C=0.5", *(a for t in tuned for a in ("-p", t))]
+    first = json.loads(reprise("run", "pipeline.py:tabular", *params, "--json", capture=True))
     print(f"first run {first['run_id']}: executed {len(first['executed'])} step(s), "
           f"reused {len(first['reused'])}")
-    reprise("run", "pipeline.py:tabular", "-p", "C=0.5", "--progress", "lines")
+    reprise("run", "pipeline.py:tabular", *params, "--progress", "lines")
     reprise("verify", first["run_id"])
+    reprise("report", first["run_id"], "--name", "mlp", "-o", "reports/evaluation-mlp.html")
     reprise("lineage", first["run_id"])
     reprise("runs", "show", first["run_id"])
 

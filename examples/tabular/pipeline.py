@@ -2,10 +2,12 @@
 (shipped with scikit-learn, no download), read from the registered, validated
 dataset version ``cancer@latest``: load -> validate -> split -> featurize -> train a
 logistic regression (scikit-learn, stored with skops) and an MLP (PyTorch, trained with
-reprise.train.Trainer, stored in safetensors) -> evaluate both.
+reprise.train.Trainer, stored in safetensors) -> evaluate both (intervals, slices, quality
+gates, HTML reports).
 
     reprise data add cancer data/cancer.csv --schema schema.py:schema
-    reprise run pipeline.py:tabular -p C=0.5
+    reprise tune pipeline.py:tabular --space space.yaml --metric train_mlp/best_val_loss
+    reprise run pipeline.py:tabular -p C=0.5 -p lr=... -p hidden=...
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def train_model(x: np.ndarray, y: np.ndarray, C: float, max_iter: int) -> Any:
 
 
 @step
-def train_mlp(x: np.ndarray, y: np.ndarray, epochs: int, lr: float) -> Any:
+def train_mlp(x: np.ndarray, y: np.ndarray, epochs: int, lr: float, hidden: int) -> Any:
     import torch
     from models import MLP  # a module of this project
     from torch.utils.data import DataLoader, TensorDataset
@@ -77,35 +79,36 @@ def train_mlp(x: np.ndarray, y: np.ndarray, epochs: int, lr: float) -> Any:
     train = DataLoader(TensorDataset(features[n_val:], labels[n_val:]), batch_size=32,
                        shuffle=True)
     val = DataLoader(TensorDataset(features[:n_val], labels[:n_val]), batch_size=128)
-    model = MLP(x.shape[1])
+    model = MLP(x.shape[1], hidden=hidden)
     trainer = Trainer(model, lambda p: torch.optim.AdamW(p, lr=lr),
                       loss=torch.nn.functional.cross_entropy, max_epochs=epochs,
                       early_stopping=EarlyStopping(patience=5), deterministic=True, seed=0,
                       device="auto", log_every=10)
-    trainer.fit(train, val)
+    result = trainer.fit(train, val)  # inside `reprise tune`, validations feed the pruner
+    reprise.log_metric("best_val_loss", min(v["val_loss"] for v in result.validations))
     return model.cpu().eval()
 
 
-def _scores(y: np.ndarray, proba: np.ndarray) -> dict:
-    from sklearn.metrics import accuracy_score, f1_score, roc_auc_score
-
-    pred = (proba >= 0.5).astype(int)
-    return {"accuracy": float(accuracy_score(y, pred)), "f1": float(f1_score(y, pred)),
-            "roc_auc": float(roc_auc_score(y, proba))}
+# what a model must reach on the test split before it may go further (registration)
+GATES = {"roc_auc": ">= 0.95", "accuracy": ">= 0.90", "worst_slice.accuracy": ">= 0.80"}
 
 
 @step
-def evaluate(model: Any, mlp: Any, x: np.ndarray, y: np.ndarray) -> dict:
+def evaluate(model: Any, mlp: Any, x: np.ndarray, y: np.ndarray, test: pd.DataFrame) -> dict:
     import torch
+
+    from reprise.evaluate import evaluate as score
 
     with torch.no_grad():
         mlp_proba = torch.softmax(mlp(torch.tensor(x, dtype=torch.float32)), dim=1)[:, 1]
-    metrics = {"logreg": _scores(y, model.predict_proba(x)[:, 1]),
-               "mlp": _scores(y, mlp_proba.numpy())}
-    for name, scores in metrics.items():
-        for k, v in scores.items():
-            reprise.log_metric(f"{name}.{k}", v)
-    return metrics
+    # slices over two raw measurements (binned by quartile); reports: evaluation-<name>.html
+    columns = test[["mean_radius", "mean_texture"]]
+    results = {}
+    for name, proba in (("logreg", model.predict_proba(x)[:, 1]), ("mlp", mlp_proba.numpy())):
+        ev = score(X=columns, y=y, y_proba=proba, slices=list(columns), gates=GATES,
+                   name=name, seed=0)
+        results[name] = {k: ev.value(k) for k in ("accuracy", "f1", "roc_auc")}
+    return results
 
 
 CANCER = Dataset("cancer@latest")  # the newest registered version, resolved once per run
@@ -114,10 +117,10 @@ CANCER = Dataset("cancer@latest")  # the newest registered version, resolved onc
 @reprise.pipeline
 def tabular(data: Dataset = CANCER, C: float = 1.0,
             test_fraction: float = 0.25, max_iter: int = 500, epochs: int = 30,
-            lr: float = 0.003):
+            lr: float = 0.003, hidden: int = 32):
     frame = validate(load(data))
     train, test = split(frame, test_fraction)
     x_train, y_train, x_test, y_test, _prep = featurize(train, test)
     model = train_model(x_train, y_train, C, max_iter)
-    mlp = train_mlp(x_train, y_train, epochs, lr)
-    return evaluate(model, mlp, x_test, y_test)
+    mlp = train_mlp(x_train, y_train, epochs, lr, hidden)
+    return evaluate(model, mlp, x_test, y_test, test)

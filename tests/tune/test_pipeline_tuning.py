@@ -189,6 +189,19 @@ def test_pipeline_input_errors_are_found_before_any_trial(workspace: Any,
     with pytest.raises(UserError, match="logged no metric 'evaluate/f1'.*evaluate/score"):
         tune("flow.py:flow", SPACE, metric="evaluate/f1", n_trials=2, workspace=workspace,
              study="wrong-metric")
+    with pytest.raises(UserError, match=r"no step 'report'; its steps are \['make', 'fit', "
+                                        r"'evaluate'\]"):
+        tune("flow.py:flow", SPACE, metric="report/f1", n_trials=2, workspace=workspace)
+
+
+def test_a_trial_runs_only_what_its_metric_needs(workspace: Any, project: Path) -> None:
+    res = tune("flow.py:flow", SPACE, metric="fit/never", n_trials=1, workspace=workspace,
+               catch=True, study="upstream-only")
+    from reprise.store._metadata_base import RunFilter
+
+    (pipe,) = workspace.metadata.list_runs(RunFilter(parent_id=res.trials[0]["run_id"]))
+    assert {s["step_name"] for s in workspace.metadata.get_step_runs(pipe.id)} == {"make",
+                                                                                    "fit"}
 
 
 def test_reprise_tune_cli_end_to_end(project: Path) -> None:

@@ -19,6 +19,17 @@ __all__ = ["atomic_write", "atomic_write_bytes", "fsync_dir", "fsync_path", "TMP
 TMP_PREFIX = ".tmp-"
 
 
+def _read_umask() -> int:
+    # Read once, at import (single-threaded then): os.umask can only be read by setting it.
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+# mkstemp creates files 0600; a finished file gets the mode a plain open() would give it.
+_FILE_MODE = 0o666 & ~_read_umask()
+
+
 def fsync_path(path: str | os.PathLike[str]) -> None:
     """fsync a file (its bytes are on disk) or a directory (a rename inside it is durable)."""
     fd = os.open(path, os.O_RDONLY)
@@ -49,6 +60,7 @@ def atomic_write(path: str | os.PathLike[str], *, mode: str = "wb") -> Iterator[
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=target.parent)
     try:
+        os.fchmod(fd, _FILE_MODE)
         with os.fdopen(fd, mode) as f:
             yield f
             f.flush()

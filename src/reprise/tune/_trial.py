@@ -61,8 +61,10 @@ class PipelineObjective(Objective):
     """Each trial runs the pipeline with the trial's params; the value is a run metric.
 
     ``metric`` names a metric of the pipeline run, ``STEP/KEY`` (as ``reprise
-    runs show`` lists them); its last value is the trial's value. Steps that do
-    not depend on the tuned params are reused from the cache across trials.
+    runs show`` lists them); its last value is the trial's value. A trial runs
+    the metric's step and what it depends on, nothing downstream (evaluation
+    gates, registration belong to the final run). Steps that do not depend on
+    the tuned params are reused from the cache across trials.
     """
 
     def __init__(self, ref: str, metric: str, fixed: Mapping[str, Any] | None = None, *,
@@ -92,13 +94,17 @@ class PipelineObjective(Objective):
         if "/" not in self.metric:
             raise UserError(f"metric {self.metric!r} must name a step metric as STEP/KEY "
                             "(e.g. evaluate/f1), as `reprise runs show RUN` lists them")
+        steps = list(self.pipeline().build(self.fixed).nodes)
+        if self.metric.partition("/")[0] not in steps:
+            raise UserError(f"metric {self.metric!r}: pipeline {self.ref!r} has no step "
+                            f"{self.metric.partition('/')[0]!r}; its steps are {steps}")
 
     def __call__(self, params: dict[str, Any], trial: Any) -> float:
         from reprise.pipeline._runner import run_pipeline
 
-        result = run_pipeline(self.pipeline(), {**self.fixed, **params}, seed=self.seed,
-                              workers=self.workers, pipeline_ref=self.ref)
         step, _, key = self.metric.partition("/")
+        result = run_pipeline(self.pipeline(), {**self.fixed, **params}, seed=self.seed,
+                              workers=self.workers, pipeline_ref=self.ref, steps=[step])
         state = result.nodes.get(step)
         points = [v for k, v, _ in (state.metrics if state else []) if k == key]
         if not points:
