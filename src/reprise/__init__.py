@@ -52,7 +52,7 @@ _EXPORTS: dict[str, str] = {
 # subpackages reachable as attributes (``reprise.train.fit_estimator``) without importing
 # them at start-up
 _SUBPACKAGES = frozenset({"core", "env", "store", "tracking", "pipeline", "data", "train",
-                          "evaluate", "tune"})
+                          "evaluate", "tune", "registry", "serve"})
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
 

@@ -14,6 +14,7 @@ import typer
 from reprise.cli import _render as render
 from reprise.cli._data import data_app
 from reprise.cli._fast import workspace as _ws
+from reprise.cli._models import audit_app, models_app
 from reprise.cli._tune import tune_app
 
 app = typer.Typer(
@@ -30,6 +31,8 @@ app.add_typer(runs_app, name="runs")
 app.add_typer(env_app, name="env")
 app.add_typer(data_app, name="data")
 app.add_typer(tune_app, name="tune")
+app.add_typer(models_app, name="models")
+app.add_typer(audit_app, name="audit")
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -276,7 +279,8 @@ def verify(
 
 @app.command()
 def lineage(
-    ref: Annotated[str, typer.Argument(metavar="RUN|HASH", help="Run id or artifact hash.")],
+    ref: Annotated[str, typer.Argument(
+        metavar="RUN|HASH|MODEL", help="Run id, artifact hash, or NAME@ALIAS / NAME:VERSION.")],
     fmt: Annotated[str, typer.Option("--format", help="tree, mermaid or dot.")] = "tree",
     as_json: JsonOpt = False,
 ) -> None:
@@ -287,7 +291,12 @@ def lineage(
 
     if fmt not in ("tree", "mermaid", "dot"):
         raise UserError(f"--format must be tree, mermaid or dot, not {fmt!r}.")
-    tree = build(_ws(), ref)
+    if "@" in ref or ":" in ref:  # a registered model: from its package down to the data
+        from reprise.registry import model_lineage
+
+        tree = model_lineage(ref, workspace=_ws())
+    else:
+        tree = build(_ws(), ref)
     if as_json:
         render.print_json(tree)
     elif fmt == "mermaid":

@@ -8,12 +8,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "GENESIS_HASH",
     "ArtifactRecord",
+    "AuditEvent",
     "DatasetRecord",
     "MetricPoint",
+    "ModelVersionRecord",
     "RunKind",
     "RunRecord",
     "RunStatus",
+    "audit_hash",
 ]
 
 
@@ -114,3 +118,61 @@ class RunRecord:
     @property
     def duration(self) -> float | None:
         return None if self.ended_at is None else self.ended_at - self.started_at
+
+
+@dataclass(frozen=True)
+class ModelVersionRecord:
+    """One immutable registered model version, ``name:version``."""
+
+    name: str
+    version: int
+    package_hash: str
+    """The model package artifact (model, preprocessing, signature, card)."""
+    run_id: str | None
+    """The run that produced the package (lineage starts here)."""
+    status: str
+    """``ready`` or ``archived``."""
+    signature: dict[str, Any] | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    """Headline metrics with intervals and the gates' outcome, from the package's card."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """Flavor, the producing step, promotion overrides, ..."""
+    created_at: float = 0.0
+
+    @property
+    def ref(self) -> str:
+        return f"{self.name}:{self.version}"
+
+
+GENESIS_HASH = "0" * 64
+"""The ``prev_hash`` of the first audit event."""
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One entry of the hash-chained audit log (see :func:`audit_hash`)."""
+
+    seq: int
+    time: float
+    actor: str
+    action: str
+    subject: str
+    payload: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seq": self.seq, "time": self.time, "actor": self.actor, "action": self.action,
+                "subject": self.subject, "payload": self.payload, "prev_hash": self.prev_hash,
+                "hash": self.hash}
+
+
+def audit_hash(seq: int, time: float, actor: str, action: str, subject: str,
+               payload: dict[str, Any], prev_hash: str) -> str:
+    """The hash of an audit event: every field and the previous event's hash, so an
+    edited, deleted, inserted or reordered event breaks the chain from there on."""
+    from reprise.core._hashing import hash_value
+
+    return hash_value({"seq": seq, "time": repr(float(time)), "actor": actor,
+                       "action": action, "subject": subject, "payload": payload,
+                       "prev": prev_hash})

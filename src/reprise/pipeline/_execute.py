@@ -37,6 +37,7 @@ class Task:
     artifacts_url: str
     sys_path: list[str] = field(default_factory=list)
     attempt: int = 1
+    run_id: str | None = None  # the pipeline run (not part of the cache key)
 
 
 @dataclass
@@ -67,9 +68,10 @@ class StepContext:
     ``reprise verify`` and part of the lineage, like a returned output.
     """
 
-    def __init__(self, node: str, store: Any = None) -> None:
+    def __init__(self, node: str, store: Any = None, run_id: str | None = None) -> None:
         self.node = node
         self.store = store
+        self.run_id = run_id  # the pipeline run this step execution belongs to
         self.metrics: list[tuple[str, float, int | None]] = []
         self.artifacts: list[dict[str, Any]] = []
         self.id = f"step:{node}"
@@ -205,7 +207,7 @@ def execute_task(task: Task, store: Any = None) -> TaskResult:
     from reprise.tracking._energy import EnergyMeter
 
     result = TaskResult(node=task.node, pid=os.getpid())
-    ctx = StepContext(task.node)
+    ctx = StepContext(task.node, run_id=task.run_id)
     meter = EnergyMeter(use_nvml=False).start()
     result.started_at = time.time()
     t0 = time.perf_counter()

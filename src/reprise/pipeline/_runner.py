@@ -322,7 +322,8 @@ def _prepare(ctx: _RunContext, node: Node) -> tuple[str, Task, dict[str, Any]]:
     step_ = node.step
     task = Task(node=node.name, module=step_.module, qualname=step_.qualname,
                 module_file=module_file(step_.module), inputs=task_inputs, seed=seed,
-                artifacts_url=str(ctx.ws.config.artifacts_url), sys_path=ctx.sys_path)
+                artifacts_url=str(ctx.ws.config.artifacts_url), sys_path=ctx.sys_path,
+                run_id=ctx.run.id)
     return key, task, parts
 
 

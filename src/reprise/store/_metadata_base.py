@@ -6,7 +6,15 @@ import abc
 from collections.abc import Sequence
 from typing import Any
 
-from reprise.core._types import ArtifactRecord, DatasetRecord, MetricPoint, RunRecord, RunStatus
+from reprise.core._types import (
+    ArtifactRecord,
+    AuditEvent,
+    DatasetRecord,
+    MetricPoint,
+    ModelVersionRecord,
+    RunRecord,
+    RunStatus,
+)
 from reprise.store._journal import JournalBatch
 
 __all__ = ["BaseMetadataStore", "RunFilter"]
@@ -162,6 +170,71 @@ class BaseMetadataStore(abc.ABC):
     @abc.abstractmethod
     def get_dataset_schema(self, name: str) -> tuple[str | None, str | None] | None:
         """``(spec, source)`` of the schema attached to ``name``, or None."""
+
+    # -- model registry --------------------------------------------------------------
+    # Every write below appends its audit event (``event`` = ``(actor, action, subject,
+    # payload)``) in the same transaction as the change it records, chained by hash to
+    # the previous event (:func:`reprise.core._types.audit_hash`): the log and the
+    # registry never disagree, and appends are serialised across processes.
+
+    @abc.abstractmethod
+    def add_model_version(self, record: ModelVersionRecord,
+                          event: tuple[str, str, str, dict[str, Any]]
+                          ) -> tuple[ModelVersionRecord, bool]:
+        """Register ``record`` as the next version of its name (``record.version`` is
+        ignored; the model name is created if new) and return ``(stored, True)``. If a
+        version of that name already holds the same package, return ``(it, False)``,
+        change nothing and log nothing. The event's payload gets ``version``."""
+
+    @abc.abstractmethod
+    def get_model_version(self, name: str, version: int) -> ModelVersionRecord | None:
+        """``name:version``, or None."""
+
+    @abc.abstractmethod
+    def list_model_versions(self, name: str | None = None) -> list[ModelVersionRecord]:
+        """Versions of ``name`` (or of every model), by name then version."""
+
+    @abc.abstractmethod
+    def set_model_version_status(self, name: str, version: int, status: str,
+                                 event: tuple[str, str, str, dict[str, Any]]) -> None:
+        """Set a version's status (``ready`` / ``archived``)."""
+
+    @abc.abstractmethod
+    def delete_model_version(self, name: str, version: int,
+                             event: tuple[str, str, str, dict[str, Any]]) -> None:
+        """Remove a version (and its alias history); the caller checked no alias holds it."""
+
+    @abc.abstractmethod
+    def get_aliases(self, name: str) -> dict[str, int]:
+        """``{alias: version}`` of model ``name``."""
+
+    @abc.abstractmethod
+    def set_alias(self, name: str, alias: str, version: int,
+                  event: tuple[str, str, str, dict[str, Any]]) -> int | None:
+        """Point ``alias`` at ``version`` and push it on the alias's history; return the
+        version it pointed at before (None if new). The payload gets ``previous``."""
+
+    @abc.abstractmethod
+    def rollback_alias(self, name: str, alias: str,
+                       event: tuple[str, str, str, dict[str, Any]]) -> tuple[int, int] | None:
+        """Pop the alias's newest promotion and point it at the one before; return
+        ``(from, to)``, or None (nothing changed) when there is no earlier promotion.
+        The payload gets ``from`` and ``to``."""
+
+    @abc.abstractmethod
+    def alias_history(self, name: str, alias: str) -> list[int]:
+        """The versions the alias was promoted to that a rollback can return to, oldest
+        first (the last is the current one)."""
+
+    @abc.abstractmethod
+    def append_audit(self, actor: str, action: str, subject: str,
+                     payload: dict[str, Any]) -> AuditEvent:
+        """Append an event that records no registry change of its own (a deployment)."""
+
+    @abc.abstractmethod
+    def list_audit_events(self) -> list[AuditEvent]:
+        """The whole audit log, by sequence number (as stored: verification is the
+        registry's, see :mod:`reprise.registry._audit`)."""
 
     def close(self) -> None:
         """Release connections."""

@@ -25,7 +25,7 @@ __all__ = ["HEAD_REVISION", "metadata"]
 
 # Must equal the newest revision in migrations/versions. Kept here as a constant
 # so that checking "is the database current?" needs no Alembic import (0.6 s).
-HEAD_REVISION = "0003_datasets"
+HEAD_REVISION = "0004_registry"
 
 metadata = MetaData()
 
@@ -195,6 +195,8 @@ model_versions = Table(
     Column("metrics", Text),
     Column("status", String(16), nullable=False),
     Column("created_at", Float, nullable=False),
+    # revision 0004
+    Column("meta", Text, nullable=False, server_default="{}"),
 )
 
 aliases = Table(
@@ -217,4 +219,17 @@ audit_events = Table(
     Column("payload", Text, nullable=False),
     Column("prev_hash", HASH, nullable=False),
     Column("hash", HASH, nullable=False, unique=True),
+)
+
+# --- revision 0004: alias history (promotions, popped by rollbacks) -------------------
+
+alias_history = Table(
+    "alias_history",
+    metadata,
+    Column("seq", Integer, primary_key=True, autoincrement=True),
+    Column("name", NAME, nullable=False),
+    Column("alias", NAME, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("time", Float, nullable=False),
+    Index("ix_alias_history_name_alias", "name", "alias"),
 )

@@ -39,6 +39,7 @@ from reprise.core.errors import (
 from reprise.store import _schema as s
 from reprise.store._journal import JournalBatch
 from reprise.store._metadata_base import BaseMetadataStore, RunFilter
+from reprise.store._sql_registry import SqlRegistryMixin
 
 __all__ = ["SqlMetadataStore", "normalise_url", "upgrade_database"]
 
@@ -108,7 +109,7 @@ def _is_lock_error(exc: OperationalError) -> bool:
     return "locked" in text or "busy" in text or "deadlock" in text
 
 
-class SqlMetadataStore(BaseMetadataStore):
+class SqlMetadataStore(SqlRegistryMixin, BaseMetadataStore):
     """:class:`BaseMetadataStore` on any SQLAlchemy database (tested: SQLite, PostgreSQL).
 
     Example:

@@ -1,0 +1,223 @@
+"""``reprise models ...`` (register, list, show, promote, rollback, archive, delete) and
+``reprise audit ...`` (log, verify)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from reprise.cli import _render as render
+from reprise.cli._fast import workspace as _ws
+
+models_app = typer.Typer(help="Registered models: versions, aliases, promotion, rollback.",
+                         no_args_is_help=True)
+audit_app = typer.Typer(help="The hash-chained audit log of registry changes.",
+                        no_args_is_help=True)
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _version(value: str) -> int:
+    from reprise.core.errors import UserError
+
+    text = value.removeprefix("v")
+    if not text.isdigit():
+        raise UserError(f"VERSION must be a version number such as 3; got {value!r}")
+    return int(text)
+
+
+@models_app.command("register")
+def register(
+    name: Annotated[str, typer.Argument(help="Model name (letters, digits, . _ -).")],
+    run: Annotated[str, typer.Option(help="The pipeline run whose step produced a package.")],
+    step: Annotated[str | None, typer.Option(help="The step, when several made one.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Register the model package a run produced as the next version of NAME."""
+    from reprise.registry import register_model
+
+    rec, created = register_model(name, run, step=step, workspace=_ws())
+    if as_json:
+        render.print_json({"name": rec.name, "version": rec.version, "created": created,
+                           "package": rec.package_hash, "run_id": rec.run_id})
+        return
+    gates = rec.metrics.get("gates_passed")
+    state = {True: "gates passed", False: "GATES FAILED", None: "no gates"}[gates]
+    verb = "registered" if created else "already registered as"
+    typer.echo(f"{verb} {rec.ref} (run {rec.run_id}, {state})")
+
+
+@models_app.command("list")
+def list_(as_json: JsonOpt = False) -> None:
+    """Models with their versions and aliases."""
+    from reprise.registry import list_models
+
+    rows = list_models(workspace=_ws())
+    if as_json:
+        render.print_json(rows)
+        return
+    if not rows:
+        typer.echo("No models yet. Register one with `reprise models register NAME --run RUN`.")
+        return
+    render.table(["model", "versions", "latest", "aliases", "updated"],
+                 [[r["name"], r["versions"], r["latest"],
+                   ", ".join(f"{a}→{v}" for a, v in r["aliases"].items()) or "-",
+                   render.timestamp(r["updated"])] for r in rows])
+
+
+@models_app.command("show")
+def show(ref: Annotated[str, typer.Argument(help="NAME, NAME@ALIAS or NAME:VERSION.")],
+         report: Annotated[Path | None, typer.Option(
+             help="Write the version's evaluation report (offline HTML) here.")] = None,
+         as_json: JsonOpt = False) -> None:
+    """A model's versions, or one version: card, signature, lineage, alias history."""
+    from reprise.registry import describe_model
+
+    ws = _ws()
+    info = describe_model(ref, workspace=ws)
+    if report is not None:
+        _write_report(ws, ref, report)
+    if as_json:
+        render.print_json(info)
+        return
+    if "versions" in info:
+        typer.echo(f"model {info['name']}; aliases: {info['aliases'] or 'none'}")
+        render.table(["version", "status", "aliases", "gates", "task", "run", "created"],
+                     [[v["version"], v["status"], ", ".join(v["aliases"]) or "-",
+                       _gates(v["gates_passed"]), v["task"] or "-", (v["run_id"] or "-")[:10],
+                       render.timestamp(v["created"])] for v in info["versions"]])
+        return
+    _show_version(info)
+
+
+def _gates(passed: Any) -> str:
+    return {True: "passed", False: "FAILED", None: "-"}[passed]
+
+
+def _show_version(info: dict[str, Any]) -> None:
+    lineage = (info.get("meta") or {}).get("lineage") or {}
+    typer.echo(f"{info['name']}:{info['version']}  ({info['status']}; aliases: "
+               f"{', '.join(info['aliases']) or 'none'}; gates: {_gates(info['gates_passed'])})")
+    typer.echo(f"package {info['package']}  run {info['run_id']}  task {info['task']}")
+    if lineage:
+        typer.echo(f"data {', '.join(lineage.get('datasets') or []) or '-'}; files "
+                   f"{', '.join(lineage.get('files') or []) or '-'}; code snapshot "
+                   f"{(lineage.get('code_snapshot') or '-')[:16]}; pipeline "
+                   f"{lineage.get('pipeline')}")
+    if info["metrics"]:
+        render.table(["metric", "value"], [[k, v] for k, v in info["metrics"].items()])
+    sig = info.get("signature") or {}
+    render.table(["input", "type", "range / categories"],
+                 [[f["name"], f["dtype"] + (str(f["shape"]) if f.get("shape") else ""),
+                   f"{f['min']} .. {f['max']}" if "min" in f else
+                   ", ".join(map(str, f.get("categories") or [])) or "-"]
+                  for f in sig.get("inputs", [])])
+
+
+def _write_report(ws: Any, ref: str, path: Path) -> None:
+    from reprise.core.errors import UserError
+    from reprise.evaluate import Evaluation
+    from reprise.registry import load_model
+
+    pkg = load_model(ref, workspace=ws)
+    if pkg.evaluation is None:
+        raise UserError(f"{ref} was packaged without an evaluation; there is no report")
+    Evaluation.from_dict(pkg.evaluation).save_html(path)
+    typer.echo(f"report written to {path}")
+
+
+@models_app.command("promote")
+def promote(
+    name: Annotated[str, typer.Argument(help="Model name.")],
+    version: Annotated[str, typer.Argument(help="Version number.")],
+    alias: Annotated[str, typer.Option(help="Alias to move: production, staging, ...")],
+    force: Annotated[bool, typer.Option(
+        "--force", help="Promote although the evaluation gates did not pass.")] = False,
+    reason: Annotated[str | None, typer.Option(
+        help="Why --force (recorded in the audit log).")] = None,
+) -> None:
+    """Point ALIAS at NAME:VERSION (its evaluation gates must have passed)."""
+    from reprise.registry import promote as do
+
+    v = _version(version)
+    before = do(name, v, alias, force=force, reason=reason, workspace=_ws())
+    was = f" (was {before})" if before is not None else ""
+    typer.echo(f"{name}@{alias} -> {v}{was}")
+
+
+@models_app.command("rollback")
+def rollback(name: Annotated[str, typer.Argument(help="Model name.")],
+             alias: Annotated[str, typer.Option(help="Alias to roll back.")]) -> None:
+    """Return ALIAS to the version it held before its latest promotion."""
+    from reprise.registry import rollback as do
+
+    old, new = do(name, alias, workspace=_ws())
+    typer.echo(f"{name}@{alias} -> {new} (rolled back from {old})")
+
+
+@models_app.command("archive")
+def archive(name: Annotated[str, typer.Argument(help="Model name.")],
+            version: Annotated[str, typer.Argument(help="Version number.")]) -> None:
+    """Archive a version: kept for lineage, never promoted or resolved by name again."""
+    from reprise.registry import archive_model
+
+    archive_model(name, _version(version), workspace=_ws())
+    typer.echo(f"archived {name}:{_version(version)}")
+
+
+@models_app.command("delete")
+def delete(name: Annotated[str, typer.Argument(help="Model name.")],
+           version: Annotated[str, typer.Argument(help="Version number.")]) -> None:
+    """Delete a version no alias holds (recorded in the audit log; `reprise gc` then frees
+    its package if nothing else uses it)."""
+    from reprise.registry import delete_model
+
+    delete_model(name, _version(version), workspace=_ws())
+    typer.echo(f"deleted {name}:{_version(version)}")
+
+
+@audit_app.command("log")
+def log(limit: Annotated[int, typer.Option(help="The newest N events (0: all).")] = 50,
+        as_json: JsonOpt = False) -> None:
+    """The audit log: who did what, when, to which model."""
+    from reprise.registry import audit_log
+
+    events = audit_log(workspace=_ws())
+    if limit:
+        events = events[-limit:]
+    if as_json:
+        render.print_json(events)
+        return
+    if not events:
+        typer.echo("The audit log is empty.")
+        return
+    render.table(["#", "time", "actor", "action", "subject", "details", "hash"],
+                 [[e["seq"], render.timestamp(e["time"]), e["actor"], e["action"],
+                   e["subject"], _details(e["payload"]), e["hash"][:12]] for e in events])
+
+
+def _details(payload: dict[str, Any]) -> str:
+    keep = {k: v for k, v in payload.items() if v is not None and k != "package"}
+    return ", ".join(f"{k}={v}" for k, v in keep.items())
+
+
+@audit_app.command("verify")
+def verify(expect_head: Annotated[str | None, typer.Option(
+        help="The head hash recorded earlier; catches events removed from the end.")] = None,
+           as_json: JsonOpt = False) -> None:
+    """Check every event's hash and the chain; exit 1 when the log was tampered with."""
+    from reprise.registry import verify_audit
+
+    report = verify_audit(expect_head=expect_head, workspace=_ws())
+    if as_json:
+        render.print_json(report.to_dict())
+    elif report.ok:
+        typer.echo(f"audit log intact: {report.events} event(s); head {report.head}")
+    else:
+        for p in report.problems:
+            typer.echo(f"#{p.seq} {p.kind}: {p.message}", err=True)
+        typer.echo(f"audit log TAMPERED: {len(report.problems)} problem(s) in "
+                   f"{report.events} event(s)", err=True)
+    if not report.ok:
+        raise typer.Exit(1)

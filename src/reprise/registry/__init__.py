@@ -1,0 +1,96 @@
+"""Layer 5: the model registry — safe model packages (model, fitted preprocessing,
+signature, example, environment, model card), immutable versions, aliases with
+rollback, a hash-chained audit log, and lineage from a model to its data.
+
+Nothing heavy is imported here: torch, scikit-learn and pandas load when a
+package is built or loaded.
+
+Example (in a pipeline)::
+
+    @step
+    def package(model: Any, x_train: pd.DataFrame, evaluation: dict) -> ModelPackage:
+        return reprise.registry.package_model(model, sample=x_train, evaluation=evaluation)
+
+    reprise models register churn --run RUN        # then: promote, serve
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from reprise.registry._servable import ModelSource, Servable
+from reprise.registry._signature import Field, FieldError, Signature, Validated, infer_signature
+
+_LAZY: dict[str, str] = {
+    "ModelPackage": "reprise.registry._package",
+    "PackageError": "reprise.registry._package",
+    "read_package": "reprise.registry._package",
+    "package_model": "reprise.registry._build",
+    "AuditReport": "reprise.registry._audit",
+    **{name: "reprise.registry._api" for name in (
+        "RegistrySource", "archive_model", "audit_log", "delete_model", "describe_model",
+        "get_model", "list_models", "load_model", "model_lineage", "promote", "register",
+        "register_model",
+        "register_package", "rollback", "verify_audit")},
+}
+
+__all__ = [
+    "AuditReport",
+    "Field",
+    "FieldError",
+    "ModelPackage",
+    "ModelSource",
+    "PackageError",
+    "RegistrySource",
+    "Servable",
+    "Signature",
+    "Validated",
+    "archive_model",
+    "audit_log",
+    "delete_model",
+    "describe_model",
+    "get_model",
+    "infer_signature",
+    "list_models",
+    "load_model",
+    "model_lineage",
+    "package_model",
+    "promote",
+    "read_package",
+    "register",
+    "register_model",
+    "register_package",
+    "rollback",
+    "verify_audit",
+]
+if TYPE_CHECKING:
+    from reprise.registry._api import (
+        RegistrySource,
+        archive_model,
+        audit_log,
+        delete_model,
+        describe_model,
+        get_model,
+        list_models,
+        load_model,
+        model_lineage,
+        promote,
+        register,
+        register_model,
+        register_package,
+        rollback,
+        verify_audit,
+    )
+    from reprise.registry._audit import AuditReport
+    from reprise.registry._build import package_model
+    from reprise.registry._package import ModelPackage, PackageError, read_package
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'reprise.registry' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

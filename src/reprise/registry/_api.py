@@ -1,0 +1,201 @@
+"""The registry's public functions (the current workspace unless one is given), the
+``register`` pipeline step, and :class:`RegistrySource` for servers."""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from reprise.core._types import ModelVersionRecord
+from reprise.core.errors import NotFoundError, UserError
+from reprise.pipeline._step import step
+from reprise.registry import _registry as reg
+from reprise.registry._audit import AuditReport, verify_events
+from reprise.registry._package import MATERIALIZER, ModelPackage, read_package
+
+__all__ = ["RegistrySource", "archive_model", "audit_log", "delete_model", "describe_model",
+           "get_model", "list_models", "load_model", "model_lineage", "promote", "register",
+           "register_model",
+           "register_package", "rollback", "verify_audit"]
+
+
+def _ws(workspace: Any) -> Any:
+    from reprise.tracking._api import open_workspace
+
+    ws = workspace if workspace is not None else open_workspace()
+    ws.recover()  # runs journaled lazily (pipelines) are in the database before we look
+    return ws
+
+
+def register_package(name: str, package: ModelPackage, *, run_id: str | None = None,
+                     step_name: str | None = None, workspace: Any = None
+                     ) -> ModelVersionRecord:
+    """Store ``package`` and register it as the next version of ``name`` (the same
+    package again: the same version)."""
+    from reprise.store._materializers import save_object
+
+    if not isinstance(package, ModelPackage):
+        raise UserError(f"register_package takes a ModelPackage (from package_model); got a "
+                        f"{type(package).__name__}")
+    ws = _ws(workspace)
+    art = save_object(ws.artifacts, package)
+    ws.metadata.put_artifact(art)
+    rec, _ = reg.register_package(ws, name, art.hash, run_id=run_id, package=package,
+                                  step=step_name)
+    return rec
+
+
+def register_model(name: str, run: str, *, step: str | None = None,
+                   workspace: Any = None) -> tuple[ModelVersionRecord, bool]:
+    """Register the model package a pipeline run produced (``step`` picks one when the
+    run has several); ``(version, created)``."""
+    from reprise.store._materializers import load_object
+
+    ws = _ws(workspace)
+    rec = ws.metadata.get_run(run)
+    found = [(st["step_name"], o) for st in ws.metadata.get_step_runs(rec.id)
+             for o in st["outputs"] if o.get("materializer") == MATERIALIZER]
+    if step is not None:
+        found = [f for f in found if f[0] == step]
+    if not found:
+        where = f"step {step!r} of run {rec.id}" if step else f"run {rec.id}"
+        raise NotFoundError(f"{where} produced no model package; return "
+                            "reprise.registry.package_model(...) from a step, run the "
+                            "pipeline, then register that run")
+    if len({o["hash"] for _, o in found}) > 1:
+        raise UserError(f"run {rec.id} produced several model packages (steps "
+                        f"{sorted({s for s, _ in found})}); choose one with --step")
+    step_name, out = found[0]
+    art = ws.metadata.get_artifact(out["hash"])
+    package = load_object(ws.artifacts, art.hash, art.materializer, art.meta)
+    return reg.register_package(ws, name, art.hash, run_id=rec.id, package=package,  # type: ignore[no-any-return]
+                                step=step_name)
+
+
+@step
+def register(package: ModelPackage, name: str) -> dict[str, Any]:
+    """A pipeline step: register ``package`` (from an upstream step) as a version of
+    ``name``, with the run's lineage. Registering the same package again returns the
+    same version, so a re-run or ``reprise verify`` adds nothing."""
+    from reprise.store._materializers import save_object
+    from reprise.tracking._api import active_run, open_workspace
+
+    ctx = active_run()
+    run_id = getattr(ctx, "run_id", None)
+    ws = open_workspace()
+    if run_id is not None:  # catch the (still running) pipeline run up into the database
+        ws.ingest_journal(ws.journal_path(run_id))
+    art = save_object(ws.artifacts, package)  # same bytes: the upstream output's hash
+    ws.metadata.put_artifact(art)
+    rec, created = reg.register_package(ws, name, art.hash, run_id=run_id, package=package,
+                                        step=getattr(ctx, "node", None))
+    return {"name": rec.name, "version": rec.version, "created": created,
+            "package": rec.package_hash}
+
+
+def get_model(ref: str, *, workspace: Any = None) -> ModelVersionRecord:
+    """The version ``ref`` names: ``NAME@ALIAS``, ``NAME:VERSION`` or ``NAME``."""
+    return reg.parse_ref(_ws(workspace), ref)
+
+
+def load_model(ref: str, *, workspace: Any = None) -> ModelPackage:
+    """Load (and verify) the package of the version ``ref`` names."""
+    ws = _ws(workspace)
+    return _load(ws, reg.parse_ref(ws, ref))
+
+
+def _load(ws: Any, rec: ModelVersionRecord) -> ModelPackage:
+    from reprise.store._materializers import materializer_by_name
+
+    art = ws.metadata.get_artifact(rec.package_hash)
+    folder = Path(tempfile.mkdtemp(prefix="reprise-model-"))
+    materializer_by_name(art.materializer).load(ws.artifacts, art.hash, art.meta,
+                                                dest=folder)
+    return read_package(folder / "package")
+
+
+def promote(name: str, version: int, alias: str, *, force: bool = False,
+            reason: str | None = None, workspace: Any = None) -> int | None:
+    return reg.promote(_ws(workspace), name, version, alias, force=force, reason=reason)
+
+
+def rollback(name: str, alias: str, *, workspace: Any = None) -> tuple[int, int]:
+    return reg.rollback(_ws(workspace), name, alias)
+
+
+def archive_model(name: str, version: int, *, workspace: Any = None) -> None:
+    reg.archive(_ws(workspace), name, version)
+
+
+def delete_model(name: str, version: int, *, workspace: Any = None) -> None:
+    reg.delete_version(_ws(workspace), name, version)
+
+
+def list_models(*, workspace: Any = None) -> list[dict[str, Any]]:
+    return reg.list_models(_ws(workspace))
+
+
+def describe_model(ref: str, *, workspace: Any = None) -> dict[str, Any]:
+    return reg.describe_model(_ws(workspace), ref)
+
+
+def model_lineage(ref: str, *, workspace: Any = None) -> dict[str, Any]:
+    """The lineage of the version ``ref`` names: its package, the steps and inputs
+    upstream of it down to the dataset versions and raw files, and the code snapshot."""
+    from reprise.pipeline._lineage import lineage
+
+    ws = _ws(workspace)
+    rec = reg.parse_ref(ws, ref)
+    tree = lineage(ws, rec.package_hash)
+    return {**tree, "kind": "model", "ref": ref, "model": rec.ref, "run": rec.run_id,
+            "summary": rec.meta.get("lineage") or {}}
+
+
+def audit_log(*, workspace: Any = None) -> list[dict[str, Any]]:
+    return [e.to_dict() for e in _ws(workspace).metadata.list_audit_events()]
+
+
+def verify_audit(*, expect_head: str | None = None, workspace: Any = None) -> AuditReport:
+    return verify_events(_ws(workspace).metadata.list_audit_events(), expect_head=expect_head)
+
+
+class _Loaded:
+    """A :class:`~reprise.registry.Servable` over a verified package."""
+
+    def __init__(self, name: str, version: int, package: ModelPackage) -> None:
+        self.name, self.version, self.package = name, version, package
+        self.signature = package.signature
+        self.example = package.example
+
+    def predict(self, columns: dict[str, Any]) -> dict[str, Any]:
+        return self.package.predict(columns)
+
+
+class RegistrySource:
+    """The registry as a :class:`~reprise.registry.ModelSource` for a server: resolving
+    reads the database (cheap enough to poll); loading verifies the package once and
+    keeps it for later calls."""
+
+    def __init__(self, workspace: Any = None) -> None:
+        from reprise.tracking._api import open_workspace
+
+        self.workspace = workspace if workspace is not None else open_workspace()
+        self._loaded: dict[tuple[str, int], _Loaded] = {}
+        self._lock = threading.Lock()
+
+    def resolve(self, ref: str) -> tuple[str, int]:
+        rec = reg.parse_ref(self.workspace, ref)
+        return rec.name, rec.version
+
+    def load(self, name: str, version: int) -> _Loaded:
+        with self._lock:
+            hit = self._loaded.get((name, version))
+        if hit is not None:
+            return hit
+        rec = reg.get_version(self.workspace, name, version)
+        loaded = _Loaded(name, version, _load(self.workspace, rec))
+        with self._lock:
+            self._loaded[(name, version)] = loaded
+        return loaded

@@ -1,0 +1,224 @@
+"""Registered models: immutable versions of packages, aliases that move, and the rules.
+
+* A version is a package (by content hash) registered under a name; registering the
+  same package again under that name returns the same version.
+* ``promote`` points an alias (``production``, ``staging``...) at a version. It needs
+  the version's evaluation gates to have passed (from its card); ``force=True`` with a
+  ``reason`` overrides that, and the audit log keeps the reason.
+* ``rollback`` returns an alias to the version it held before its latest promotion
+  (repeatable, back through its history).
+* Archived versions keep their record but cannot be promoted or resolved by name;
+  a version an alias holds cannot be archived or deleted.
+
+Every change appends an audit event in the same transaction (see the store).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import socket
+from typing import Any
+
+from reprise.core._types import ModelVersionRecord
+from reprise.core.errors import NotFoundError, UserError
+
+__all__ = ["actor", "archive", "delete_version", "describe_model", "get_version",
+           "list_models", "parse_ref", "promote", "register_package", "rollback",
+           "split_ref"]
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def actor() -> str:
+    """Who is acting: ``REPRISE_ACTOR``, else ``user@host``."""
+    explicit = os.environ.get("REPRISE_ACTOR")
+    if explicit:
+        return explicit
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _check_name(kind: str, value: str) -> str:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise UserError(f"{kind} {value!r} is not valid: use letters, digits, '.', '_' and "
+                        "'-' (up to 100), starting with a letter or digit")
+    return value
+
+
+def split_ref(ref: str) -> tuple[str, str | None, int | None]:
+    """``NAME@ALIAS`` -> (name, alias, None); ``NAME:3`` -> (name, None, 3); ``NAME``."""
+    if "@" in ref:
+        name, _, alias = ref.partition("@")
+        return _check_name("model name", name), _check_name("alias", alias), None
+    if ":" in ref:
+        name, _, version = ref.partition(":")
+        if not version.isdigit():
+            raise UserError(f"{ref!r}: after ':' comes a version number, e.g. {name}:3")
+        return _check_name("model name", name), None, int(version)
+    return _check_name("model name", ref), None, None
+
+
+def _versions(ws: Any, name: str) -> list[ModelVersionRecord]:
+    found = ws.metadata.list_model_versions(name)
+    if not found:
+        known = sorted({v.name for v in ws.metadata.list_model_versions()})
+        raise NotFoundError(f"no model {name!r}; models: {known or 'none yet'}. Register one "
+                            "with `reprise models register NAME --run RUN`.")
+    return list(found)
+
+
+def get_version(ws: Any, name: str, version: int) -> ModelVersionRecord:
+    rec = ws.metadata.get_model_version(name, version)
+    if rec is None:
+        have = [v.version for v in _versions(ws, name)]
+        raise NotFoundError(f"model {name!r} has no version {version}; versions: {have}")
+    return rec  # type: ignore[no-any-return]
+
+
+def parse_ref(ws: Any, ref: str) -> ModelVersionRecord:
+    """The version ``ref`` names now (see :func:`split_ref`)."""
+    name, alias, version = split_ref(ref)
+    if version is not None:
+        return get_version(ws, name, version)
+    versions = _versions(ws, name)
+    if alias is not None:
+        aliases = ws.metadata.get_aliases(name)
+        if alias not in aliases:
+            raise NotFoundError(f"model {name!r} has no alias {alias!r}; aliases: "
+                                f"{sorted(aliases) or 'none'}. Promote a version with "
+                                f"`reprise models promote {name} VERSION --alias {alias}`.")
+        return get_version(ws, name, aliases[alias])
+    ready = [v for v in versions if v.status == "ready"]
+    if not ready:
+        raise NotFoundError(f"every version of {name!r} is archived")
+    return ready[-1]
+
+
+def register_package(ws: Any, name: str, package_hash: str, *, run_id: str | None,
+                     package: Any, step: str | None = None) -> tuple[ModelVersionRecord, bool]:
+    """Register a stored package under ``name``; ``(version, created)``."""
+    _check_name("model name", name)
+    card = package.card
+    gates = card.get("gates") or {}
+    metrics = {"metrics": card.get("metrics") or {}, "gates_passed": gates.get("passed"),
+               "task": card.get("task")}
+    meta = {"flavor": package.flavor, "step": step, "input_format": package.input_format,
+            "lineage": _lineage_summary(ws, run_id) if run_id else None}
+    record = ModelVersionRecord(name=name, version=0, package_hash=package_hash,
+                                run_id=run_id, status="ready",
+                                signature=package.signature.to_dict(), metrics=metrics,
+                                meta=meta)
+    payload = {"package": package_hash, "run": run_id, "step": step,
+               "gates_passed": gates.get("passed")}
+    return ws.metadata.add_model_version(  # type: ignore[no-any-return]
+        record, (actor(), "register", name, payload))
+
+
+def _lineage_summary(ws: Any, run_id: str) -> dict[str, Any]:
+    """The datasets and the code snapshot a run used (shown on the model, kept with it)."""
+    rec = ws.metadata.get_run(run_id)
+    datasets = sorted({str(v["resolved"]) for v in rec.params.values()
+                       if isinstance(v, dict) and "$input" in v and v.get("resolved")})
+    files = sorted({str(v["path"]) for v in rec.params.values()
+                    if isinstance(v, dict) and "$path" in v})
+    return {"run": rec.id, "pipeline": rec.tags.get("reprise.pipeline"),
+            "code_snapshot": rec.tags.get("reprise.code_snapshot"), "datasets": datasets,
+            "files": files, "git_commit": rec.git_commit, "git_dirty": rec.git_dirty}
+
+
+def promote(ws: Any, name: str, version: int, alias: str, *, force: bool = False,
+            reason: str | None = None) -> int | None:
+    """Point ``alias`` at ``name:version``; the version it held before (or None)."""
+    _check_name("alias", alias)
+    rec = get_version(ws, name, version)
+    if rec.status != "ready":
+        raise UserError(f"{rec.ref} is {rec.status}; only ready versions can be promoted")
+    passed = rec.metrics.get("gates_passed")
+    if force and not (reason and reason.strip()):
+        raise UserError("--force needs --reason \"...\": the override is recorded in the "
+                        "audit log")
+    if passed is not True and not force:
+        why = ("its evaluation gates failed" if passed is False
+               else "it has no evaluation with gates (package_model(evaluation=...))")
+        raise UserError(f"cannot promote {rec.ref} to {alias!r}: {why}. Override with "
+                        f"--force --reason \"...\"")
+    payload = {"alias": alias, "version": version, "gates_passed": passed}
+    if force:
+        payload.update(force=True, reason=reason)
+    return ws.metadata.set_alias(  # type: ignore[no-any-return]
+        name, alias, version, (actor(), "promote", f"{name}@{alias}", payload))
+
+
+def rollback(ws: Any, name: str, alias: str) -> tuple[int, int]:
+    """Return ``alias`` to the version it held before; ``(from, to)``."""
+    _versions(ws, name)
+    if alias not in ws.metadata.get_aliases(name):
+        raise NotFoundError(f"model {name!r} has no alias {alias!r}")
+    done = ws.metadata.rollback_alias(name, alias, (actor(), "rollback", f"{name}@{alias}",
+                                                    {"alias": alias}))
+    if done is None:
+        raise UserError(f"{name}@{alias} has no earlier version to roll back to (it was "
+                        "promoted once); promote another version instead")
+    return done  # type: ignore[no-any-return]
+
+
+def _holding(ws: Any, rec: ModelVersionRecord) -> list[str]:
+    return sorted(a for a, v in ws.metadata.get_aliases(rec.name).items() if v == rec.version)
+
+
+def archive(ws: Any, name: str, version: int) -> None:
+    rec = get_version(ws, name, version)
+    held = _holding(ws, rec)
+    if held:
+        raise UserError(f"{rec.ref} is held by alias(es) {held}; promote another version or "
+                        "roll back first")
+    if rec.status == "archived":
+        return
+    ws.metadata.set_model_version_status(name, version, "archived",
+                                         (actor(), "archive", rec.ref, {}))
+
+
+def delete_version(ws: Any, name: str, version: int) -> None:
+    rec = get_version(ws, name, version)
+    held = _holding(ws, rec)
+    if held:
+        raise UserError(f"{rec.ref} is held by alias(es) {held}; it cannot be deleted")
+    ws.metadata.delete_model_version(name, version, (actor(), "delete", rec.ref,
+                                                     {"package": rec.package_hash}))
+
+
+def list_models(ws: Any) -> list[dict[str, Any]]:
+    """One row per model: versions, newest, aliases."""
+    by_name: dict[str, list[ModelVersionRecord]] = {}
+    for v in ws.metadata.list_model_versions():
+        by_name.setdefault(v.name, []).append(v)
+    return [{"name": name, "versions": len(vs), "latest": vs[-1].version,
+             "aliases": ws.metadata.get_aliases(name), "updated": vs[-1].created_at}
+            for name, vs in sorted(by_name.items())]
+
+
+def describe_model(ws: Any, ref: str) -> dict[str, Any]:
+    """A model (``NAME``: every version) or one version (``NAME@ALIAS``, ``NAME:V``)."""
+    name, alias, version = split_ref(ref)
+    aliases = ws.metadata.get_aliases(name) if ws.metadata.list_model_versions(name) else {}
+    if alias is None and version is None:
+        versions = _versions(ws, name)
+        return {"name": name, "aliases": aliases, "versions": [_row(v, aliases)
+                                                              for v in versions]}
+    rec = parse_ref(ws, ref)
+    return {**_row(rec, aliases), "signature": rec.signature, "meta": rec.meta,
+            "history": {a: ws.metadata.alias_history(name, a) for a in aliases}}
+
+
+def _row(v: ModelVersionRecord, aliases: dict[str, int]) -> dict[str, Any]:
+    return {"name": v.name, "version": v.version, "status": v.status, "run_id": v.run_id,
+            "package": v.package_hash, "created": v.created_at,
+            "aliases": sorted(a for a, n in aliases.items() if n == v.version),
+            "gates_passed": v.metrics.get("gates_passed"), "task": v.metrics.get("task"),
+            "metrics": {k: (m.get("value") if isinstance(m, dict) else m)
+                        for k, m in (v.metrics.get("metrics") or {}).items()}}

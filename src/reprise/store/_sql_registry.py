@@ -1,0 +1,200 @@
+"""The model registry's tables on SQLAlchemy (a mixin of :class:`SqlMetadataStore`).
+
+Every change is one transaction that also appends its audit event. Appends are
+serialised: SQLite's ``BEGIN IMMEDIATE`` already takes the write lock; on
+PostgreSQL a transaction-scoped advisory lock orders them, so two registrations
+can never both chain onto the same previous event.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from reprise.core._types import GENESIS_HASH, AuditEvent, ModelVersionRecord, audit_hash
+from reprise.store import _schema as s
+
+__all__ = ["SqlRegistryMixin"]
+
+T = TypeVar("T")
+Event = tuple[str, str, str, dict[str, Any]]
+_AUDIT_LOCK = 727373  # advisory lock id of the audit chain (the migration lock is 727372)
+
+
+class SqlRegistryMixin:
+    """Registry methods; the host class provides ``_write``, ``_retry``, ``engine``,
+    ``dialect`` and ``_upsert``."""
+
+    engine: Any
+    dialect: str
+    _write: Callable[[], Any]
+    _retry: Callable[[Callable[[], T]], T]
+    _upsert: Callable[..., None]
+
+    def _tx(self, fn: Callable[[Connection], T]) -> T:
+        def go() -> T:
+            with self._write() as conn:
+                if self.dialect == "postgresql":
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _AUDIT_LOCK})
+                return fn(conn)
+        return self._retry(go)
+
+    # -- audit ------------------------------------------------------------------------
+    def _append(self, conn: Connection, event: Event, **extra: Any) -> AuditEvent:
+        actor, action, subject, payload = event
+        payload = {**payload, **extra}
+        a = s.audit_events
+        last = conn.execute(sa.select(a.c.seq, a.c.hash).order_by(a.c.seq.desc()).limit(1)
+                            ).first()
+        seq = 1 if last is None else int(last[0]) + 1
+        prev = GENESIS_HASH if last is None else str(last[1])
+        now = time.time()
+        h = audit_hash(seq, now, actor, action, subject, payload, prev)
+        conn.execute(a.insert().values(seq=seq, time=now, actor=actor, action=action,
+                                       subject=subject, payload=json.dumps(payload,
+                                                                           sort_keys=True),
+                                       prev_hash=prev, hash=h))
+        return AuditEvent(seq, now, actor, action, subject, payload, prev, h)
+
+    def append_audit(self, actor: str, action: str, subject: str,
+                     payload: dict[str, Any]) -> AuditEvent:
+        return self._tx(lambda conn: self._append(conn, (actor, action, subject, payload)))
+
+    def list_audit_events(self) -> list[AuditEvent]:
+        a = s.audit_events
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(a).order_by(a.c.seq)).mappings().all()
+        return [AuditEvent(int(r["seq"]), float(r["time"]), r["actor"], r["action"],
+                           r["subject"], _loads(r["payload"]), r["prev_hash"], r["hash"])
+                for r in rows]
+
+    # -- versions ---------------------------------------------------------------------
+    def add_model_version(self, record: ModelVersionRecord,
+                          event: Event) -> tuple[ModelVersionRecord, bool]:
+        mv = s.model_versions
+
+        def go(conn: Connection) -> tuple[ModelVersionRecord, bool]:
+            same = conn.execute(sa.select(mv).where(
+                mv.c.name == record.name, mv.c.package_hash == record.package_hash)
+                .order_by(mv.c.version).limit(1)).mappings().first()
+            if same is not None:
+                return _version(same), False
+            if conn.execute(sa.select(s.models.c.name).where(
+                    s.models.c.name == record.name)).first() is None:
+                conn.execute(s.models.insert().values(name=record.name,
+                                                      created_at=time.time()))
+            top = conn.execute(sa.select(sa.func.max(mv.c.version))
+                               .where(mv.c.name == record.name)).scalar()
+            version = 1 if top is None else int(top) + 1
+            row = {"name": record.name, "version": version, "run_id": record.run_id,
+                   "package_hash": record.package_hash,
+                   "signature": json.dumps(record.signature) if record.signature else None,
+                   "metrics": json.dumps(record.metrics, sort_keys=True),
+                   "status": record.status, "meta": json.dumps(record.meta, sort_keys=True),
+                   "created_at": record.created_at or time.time()}
+            conn.execute(mv.insert().values(**row))
+            self._append(conn, event, version=version)
+            return _version(row), True
+        return self._tx(go)
+
+    def get_model_version(self, name: str, version: int) -> ModelVersionRecord | None:
+        mv = s.model_versions
+        with self.engine.connect() as conn:
+            row = conn.execute(sa.select(mv).where(mv.c.name == name, mv.c.version == version)
+                               ).mappings().first()
+        return None if row is None else _version(row)
+
+    def list_model_versions(self, name: str | None = None) -> list[ModelVersionRecord]:
+        mv = s.model_versions
+        q = sa.select(mv).order_by(mv.c.name, mv.c.version)
+        if name is not None:
+            q = q.where(mv.c.name == name)
+        with self.engine.connect() as conn:
+            return [_version(r) for r in conn.execute(q).mappings()]
+
+    def set_model_version_status(self, name: str, version: int, status: str,
+                                 event: Event) -> None:
+        mv = s.model_versions
+
+        def go(conn: Connection) -> None:
+            conn.execute(mv.update().where(mv.c.name == name, mv.c.version == version)
+                         .values(status=status))
+            self._append(conn, event)
+        self._tx(go)
+
+    def delete_model_version(self, name: str, version: int, event: Event) -> None:
+        mv, h = s.model_versions, s.alias_history
+
+        def go(conn: Connection) -> None:
+            conn.execute(h.delete().where(h.c.name == name, h.c.version == version))
+            conn.execute(mv.delete().where(mv.c.name == name, mv.c.version == version))
+            self._append(conn, event)
+        self._tx(go)
+
+    # -- aliases ----------------------------------------------------------------------
+    def get_aliases(self, name: str) -> dict[str, int]:
+        al = s.aliases
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(al.c.alias, al.c.version).where(al.c.name == name)
+                                .order_by(al.c.alias)).all()
+        return {str(a): int(v) for a, v in rows}
+
+    def set_alias(self, name: str, alias: str, version: int, event: Event) -> int | None:
+        al = s.aliases
+
+        def go(conn: Connection) -> int | None:
+            before = conn.execute(sa.select(al.c.version).where(
+                al.c.name == name, al.c.alias == alias)).scalar()
+            now = time.time()
+            self._upsert(conn, al, [{"name": name, "alias": alias, "version": version,
+                                     "updated_at": now}], ["name", "alias"])
+            conn.execute(s.alias_history.insert().values(name=name, alias=alias,
+                                                         version=version, time=now))
+            previous = None if before is None else int(before)
+            self._append(conn, event, previous=previous)
+            return previous
+        return self._tx(go)
+
+    def rollback_alias(self, name: str, alias: str, event: Event) -> tuple[int, int] | None:
+        al, h = s.aliases, s.alias_history
+
+        def go(conn: Connection) -> tuple[int, int] | None:
+            rows = conn.execute(sa.select(h.c.seq, h.c.version).where(
+                h.c.name == name, h.c.alias == alias).order_by(h.c.seq.desc()).limit(2)).all()
+            if len(rows) < 2:
+                return None
+            (top_seq, current), (_, target) = rows
+            conn.execute(h.delete().where(h.c.seq == top_seq))
+            conn.execute(al.update().where(al.c.name == name, al.c.alias == alias)
+                         .values(version=int(target), updated_at=time.time()))
+            self._append(conn, event, **{"from": int(current), "to": int(target)})
+            return int(current), int(target)
+        return self._tx(go)
+
+    def alias_history(self, name: str, alias: str) -> list[int]:
+        h = s.alias_history
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(h.c.version).where(h.c.name == name,
+                                                             h.c.alias == alias)
+                                .order_by(h.c.seq)).all()
+        return [int(r[0]) for r in rows]
+
+
+def _loads(text: str | None) -> Any:
+    return json.loads(text) if text else {}
+
+
+def _version(r: Any) -> ModelVersionRecord:
+    sig = r.get("signature")
+    return ModelVersionRecord(name=r["name"], version=int(r["version"]),
+                              package_hash=r["package_hash"], run_id=r.get("run_id"),
+                              status=r["status"],
+                              signature=json.loads(sig) if sig else None,
+                              metrics=_loads(r.get("metrics")), meta=_loads(r.get("meta")),
+                              created_at=float(r["created_at"]))
+
