@@ -15,6 +15,7 @@ from reprise.cli import _render as render
 from reprise.cli._data import data_app
 from reprise.cli._fast import workspace as _ws
 from reprise.cli._models import audit_app, models_app
+from reprise.cli._models import predict as _predict
 from reprise.cli._tune import tune_app
 
 app = typer.Typer(
@@ -33,6 +34,7 @@ app.add_typer(data_app, name="data")
 app.add_typer(tune_app, name="tune")
 app.add_typer(models_app, name="models")
 app.add_typer(audit_app, name="audit")
+app.command("predict")(_predict)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 

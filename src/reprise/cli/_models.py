@@ -221,3 +221,38 @@ def verify(expect_head: Annotated[str | None, typer.Option(
                    f"{report.events} event(s)", err=True)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def predict(
+    model: Annotated[str, typer.Argument(metavar="MODEL",
+                                         help="NAME@ALIAS, NAME:VERSION or NAME.")],
+    source: Annotated[str, typer.Argument(
+        metavar="INPUT", help="CSV/TSV (optionally compressed), Parquet, JSON Lines, or a "
+        "dataset version NAME@N.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help=".parquet or .csv file.")],
+    chunk_rows: Annotated[int, typer.Option(help="Rows per chunk (bounds memory).")] = 50_000,
+    as_json: JsonOpt = False,
+) -> None:
+    """Predict every row of INPUT with MODEL into OUTPUT, streaming in chunks."""
+    from reprise.registry._batch import predict_file
+
+    ws = _ws()
+    if as_json:
+        result = predict_file(model, source, output, chunk_rows=chunk_rows, workspace=ws)
+        render.print_json(result.to_dict())
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    with Progress(TextColumn("predicting"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("rows"), transient=True) as bar:
+        task = bar.add_task("predict", total=None)
+
+        def advance(done: int, total: int | None) -> None:
+            bar.update(task, completed=done, total=total)
+
+        result = predict_file(model, source, output, chunk_rows=chunk_rows, workspace=ws,
+                              progress=advance)
+    flagged = f"; outside the training range: {result.out_of_range}" if result.out_of_range \
+        else ""
+    typer.echo(f"{result.rows:,} rows predicted by {result.model} in {result.seconds:.1f} s "
+               f"-> {result.output} (run {result.run_id}){flagged}")

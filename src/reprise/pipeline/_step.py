@@ -231,10 +231,18 @@ def _output_spec(func: Callable[..., Any]) -> tuple[str, list[tuple[str, Any]]]:
     if isinstance(ret, type) and issubclass(ret, tuple) and hasattr(ret, "_fields"):
         fhints = typing.get_type_hints(ret)
         return "namedtuple", [(f, fhints.get(f, Any)) for f in ret._fields]
-    if isinstance(ret, type) and dataclasses.is_dataclass(ret):
+    if isinstance(ret, type) and dataclasses.is_dataclass(ret) and not _stored_whole(ret):
         fhints = typing.get_type_hints(ret)
         return "dataclass", [(f.name, fhints.get(f.name, Any)) for f in dataclasses.fields(ret)]
     return "single", [("output", None if ret is inspect.Signature.empty else ret)]
+
+
+def _stored_whole(tp: type) -> bool:
+    """A dataclass that a registered materializer stores is one output, not one per field."""
+    from reprise.store._materializers import materializer_for_type
+
+    m = materializer_for_type(tp)
+    return m is not None and m.name not in ("json",)
 
 
 def split_outputs(step_: Step, value: Any) -> list[tuple[str, Any]]:
