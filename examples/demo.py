@@ -18,7 +18,12 @@ embedded SQLite workspace, driven through the CLI as a user would.
    (and checks that its first training steps are deterministic);
 7. ``reprise report`` writes the MLP's evaluation report (offline HTML);
 8. ``reprise lineage`` shows where the metrics came from, and ``reprise runs
-   show`` the recorded run.
+   show`` the recorded run;
+9. ``reprise models register`` registers the packaged MLP (with its fitted scaler,
+   signature and card) as ``cancer:1``; ``promote`` points ``production`` at it (its
+   evaluation gates passed); ``reprise lineage cancer@production`` goes from the
+   model back to the dataset version; ``reprise predict`` scores the whole file in
+   chunks; the audit log shows who did what, and verifies.
 """
 
 from __future__ import annotations
@@ -84,6 +89,14 @@ def main() -> None:
     reprise("report", first["run_id"], "--name", "mlp", "-o", "reports/evaluation-mlp.html")
     reprise("lineage", first["run_id"])
     reprise("runs", "show", first["run_id"])
+    reprise("models", "register", "cancer", "--run", first["run_id"])
+    reprise("models", "promote", "cancer", "1", "--alias", "production")
+    reprise("models", "show", "cancer@production")
+    reprise("lineage", "cancer@production")
+    reprise("predict", "cancer@production", "data/cancer.csv", "-o",
+            "reports/predictions.parquet")
+    reprise("audit", "log")
+    reprise("audit", "verify")
 
 
 if __name__ == "__main__":

@@ -3,13 +3,12 @@ the steps' cache keys: edit one and exactly the steps that call it re-run)."""
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
 
-def fit_scaler(x: np.ndarray) -> dict:
-    std = x.std(axis=0)
-    return {"mean": x.mean(axis=0).tolist(), "std": np.where(std == 0, 1.0, std).tolist()}
+def fit_scaler(frame: Any) -> Any:
+    """The fitted preprocessing: standardise every measurement. Fitted on the named
+    columns, it travels inside the model package, so serving applies exactly this."""
+    from sklearn.preprocessing import StandardScaler
 
-
-def standardize(x: np.ndarray, scaler: dict) -> np.ndarray:
-    return (x - np.asarray(scaler["mean"])) / np.asarray(scaler["std"])
+    return StandardScaler().fit(frame)

@@ -3,7 +3,7 @@
 dataset version ``cancer@latest``: load -> validate -> split -> featurize -> train a
 logistic regression (scikit-learn, stored with skops) and an MLP (PyTorch, trained with
 reprise.train.Trainer, stored in safetensors) -> evaluate both (intervals, slices, quality
-gates, HTML reports).
+gates, HTML reports) -> package the MLP with its fitted scaler for the registry.
 
     reprise data add cancer data/cancer.csv --schema schema.py:schema
     reprise tune pipeline.py:tabular --space space.yaml --metric train_mlp/best_val_loss
@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from features import fit_scaler, standardize  # a helper module of this project
+from features import fit_scaler  # a helper module of this project
 from schema import schema  # the dataset's pandera schema, also a module of this project
 
 import reprise
 from reprise import Dataset, step
+from reprise.registry import ModelPackage
 
 
 @step
@@ -46,13 +47,11 @@ def split(frame: pd.DataFrame, test_fraction: float) -> tuple[pd.DataFrame, pd.D
 
 @step
 def featurize(train: pd.DataFrame, test: pd.DataFrame
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, Any]:
     features = [c for c in train.columns if c not in ("id", "target")]
-    scaler = fit_scaler(train[features].to_numpy())
-    x_train = standardize(train[features].to_numpy(), scaler)
-    x_test = standardize(test[features].to_numpy(), scaler)
-    return (x_train, train["target"].to_numpy(), x_test, test["target"].to_numpy(),
-            {"features": features, **scaler})
+    scaler = fit_scaler(train[features])  # stored with skops; packaged with the model
+    return (scaler.transform(train[features]), train["target"].to_numpy(),
+            scaler.transform(test[features]), test["target"].to_numpy(), scaler)
 
 
 @step
@@ -68,7 +67,7 @@ def train_model(x: np.ndarray, y: np.ndarray, C: float, max_iter: int) -> Any:
 @step
 def train_mlp(x: np.ndarray, y: np.ndarray, epochs: int, lr: float, hidden: int) -> Any:
     import torch
-    from models import MLP  # a module of this project
+    from models import make_mlp  # a module of this project
     from torch.utils.data import DataLoader, TensorDataset
 
     from reprise.train import EarlyStopping, Trainer
@@ -79,7 +78,7 @@ def train_mlp(x: np.ndarray, y: np.ndarray, epochs: int, lr: float, hidden: int)
     train = DataLoader(TensorDataset(features[n_val:], labels[n_val:]), batch_size=32,
                        shuffle=True)
     val = DataLoader(TensorDataset(features[:n_val], labels[:n_val]), batch_size=128)
-    model = MLP(x.shape[1], hidden=hidden)
+    model = make_mlp(x.shape[1], hidden=hidden)
     trainer = Trainer(model, lambda p: torch.optim.AdamW(p, lr=lr),
                       loss=torch.nn.functional.cross_entropy, max_epochs=epochs,
                       early_stopping=EarlyStopping(patience=5), deterministic=True, seed=0,
@@ -107,8 +106,18 @@ def evaluate(model: Any, mlp: Any, x: np.ndarray, y: np.ndarray, test: pd.DataFr
     for name, proba in (("logreg", model.predict_proba(x)[:, 1]), ("mlp", mlp_proba.numpy())):
         ev = score(X=columns, y=y, y_proba=proba, slices=list(columns), gates=GATES,
                    name=name, seed=0)
-        results[name] = {k: ev.value(k) for k in ("accuracy", "f1", "roc_auc")}
+        results[name] = dict(ev)  # metrics with intervals, slices, gates: the model card's
     return results
+
+
+@step
+def package(mlp: Any, scaler: Any, train: pd.DataFrame, evaluation: dict) -> ModelPackage:
+    """The MLP with its fitted scaler, signature (from the raw training columns), example
+    rows and card (the evaluation above: promotion needs its gates passed)."""
+    return reprise.registry.package_model(
+        mlp, sample=train[list(scaler.feature_names_in_)], target=train["target"],
+        preprocessing=scaler, evaluation=evaluation["mlp"],
+        description="MLP on the breast-cancer measurements (tabular demo)")
 
 
 CANCER = Dataset("cancer@latest")  # the newest registered version, resolved once per run
@@ -120,7 +129,8 @@ def tabular(data: Dataset = CANCER, C: float = 1.0,
             lr: float = 0.003, hidden: int = 32):
     frame = validate(load(data))
     train, test = split(frame, test_fraction)
-    x_train, y_train, x_test, y_test, _prep = featurize(train, test)
+    x_train, y_train, x_test, y_test, scaler = featurize(train, test)
     model = train_model(x_train, y_train, C, max_iter)
     mlp = train_mlp(x_train, y_train, epochs, lr, hidden)
-    return evaluate(model, mlp, x_test, y_test, test)
+    evaluation = evaluate(model, mlp, x_test, y_test, test)
+    return package(mlp, scaler, train, evaluation)
