@@ -42,6 +42,16 @@ def test_tune_package_loads_nothing_heavy() -> None:
     assert not _loaded("import reprise.tune") & set(HEAVY + ["optuna", "plotly", "numpy"])
 
 
+def test_registry_package_loads_nothing_heavy() -> None:
+    assert not _loaded("import reprise.registry") & set(HEAVY + ["numpy", "skops",
+                                                                  "safetensors"])
+
+
+def test_serve_package_loads_no_server_until_one_is_created() -> None:
+    heavy = set(HEAVY + ["prometheus_client", "numpy", "orjson", "httptools", "uvloop"])
+    assert not _loaded("import reprise.serve; reprise.serve.Settings()") & heavy
+
+
 def test_public_api_is_pinned() -> None:
     import reprise
 
