@@ -6,8 +6,9 @@ needs them.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from reprise.core._lazy import lazy_attributes
 
 _EXPORTS: dict[str, str] = {
     "Dataset": "reprise.data._dataset",
@@ -91,13 +92,7 @@ if TYPE_CHECKING:
     from reprise.data._validate import ValidationError, ValidationReport, validate_frame
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'reprise.data' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _EXPORTS)
 
 
 def __dir__() -> list[str]:

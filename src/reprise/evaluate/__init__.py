@@ -15,8 +15,9 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from reprise.core._lazy import lazy_attributes
 
 _EXPORTS: dict[str, str] = {
     "evaluate": "reprise.evaluate._evaluate",
@@ -70,13 +71,7 @@ if TYPE_CHECKING:
     from reprise.evaluate._spec import build_estimator, estimator_spec
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'reprise.evaluate' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _EXPORTS)
 
 
 def __dir__() -> list[str]:

@@ -16,9 +16,9 @@ Example (in a pipeline)::
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from reprise.core._lazy import lazy_attributes
 from reprise.registry._servable import ModelSource, Servable
 from reprise.registry._signature import Field, FieldError, Signature, Validated, infer_signature
 
@@ -87,10 +87,4 @@ if TYPE_CHECKING:
     from reprise.registry._package import ModelPackage, PackageError, read_package
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'reprise.registry' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, _LAZY)
