@@ -686,7 +686,8 @@ def test_validation_metrics_go_to_the_enclosing_trial_which_can_prune() -> None:
     rec = _Recorder(prune_at=None)
     with reporting_to(rec):
         trainer(max_epochs=3).fit(loader(), loader())
-    assert [step for _, step in rec.seen] == [4, 8, 12] and "val_loss" in rec.seen[0][0]
+    assert [step for _, step in rec.seen] == [1, 2, 3] and "val_loss" in rec.seen[0][0]
     pruned = _Recorder(prune_at=2)
-    with reporting_to(pruned), pytest.raises(TrialPruned, match="optimizer step 8"):
+    with reporting_to(pruned), pytest.raises(TrialPruned, match="after validation 2 "
+                                                               r"\(optimizer step 8\)"):
         trainer(max_epochs=3).fit(loader(), loader())

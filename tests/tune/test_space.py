@@ -94,3 +94,10 @@ def test_every_grid_point_of_an_int_range_is_inside_it_and_on_the_step(b: Any, s
     assert all((g - low) % step == 0 for g in grid) and len(grid) == width + 1
     assert all(space.distributions()["n"]._contains(space.distributions()["n"].to_internal_repr(g))
                for g in grid)
+
+
+def test_integer_bounds_give_an_int_range_also_log_scaled() -> None:
+    space = SearchSpace({"units": {"low": 8, "high": 128, "log": True}})
+    assert space.spec["units"] == {"type": "int", "low": 8, "high": 128, "log": True}
+    dist = space.distributions()["units"]
+    assert type(dist).__name__ == "IntDistribution" and dist.log

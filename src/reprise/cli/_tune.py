@@ -45,6 +45,8 @@ def run(
     prune_on: Annotated[str | None, typer.Option(
         help="Intermediate metric the pruner compares (default: the only one, or val_loss).")
     ] = None,
+    warmup_steps: Annotated[int, typer.Option(
+        help="Validations (or folds) before the median pruner judges a trial.")] = 0,
     study: Annotated[str | None, typer.Option(
         help="Study name (default: the pipeline's); an existing study is resumed.")] = None,
     reproducible: Annotated[bool, typer.Option(
@@ -64,7 +66,8 @@ def run(
     fixed = render.parse_pairs(param or [], "-p")
     result = tune(target, str(space), n_trials=trials, timeout=timeout, direction=direction,
                   metric=metric, params=fixed, sampler=sampler,
-                  pruner=None if pruner == "none" else pruner, prune_on=prune_on, study=study,
+                  pruner=None if pruner == "none" else pruner, prune_on=prune_on,
+                  warmup_steps=warmup_steps, study=study,
                   workers=workers, reproducible=reproducible, batch_size=batch_size, seed=seed,
                   catch=catch, workspace=_ws())
     if as_json:

@@ -68,6 +68,13 @@ class Workspace:
         self.config = config
         self._metadata: BaseMetadataStore | None = None
         self._artifacts: BaseArtifactStore | None = None
+        self._identity = _identity(config.workspace_dir)
+
+    def is_current(self) -> bool:
+        """False when the ``.reprise`` folder this object opened was removed or replaced
+        (a new workspace at the same path): its open database would be the old one."""
+        return self._identity is not None and _identity(self.config.workspace_dir) == \
+            self._identity
 
     @classmethod
     def open(cls, root: str | os.PathLike[str] | None = None) -> Workspace:
@@ -263,3 +270,11 @@ class Workspace:
                 with contextlib.suppress(FileNotFoundError):
                     out.update(a["hash"] for a in read_journal(path, 0).artifacts)
         return out
+
+
+def _identity(folder: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino

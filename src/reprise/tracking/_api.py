@@ -60,6 +60,10 @@ def open_workspace(root: str | os.PathLike[str] | None = None) -> Workspace:
     base = find_workspace(root) if root is not None else find_workspace()
     with _lock:
         ws = _workspaces.get(base)
+        if ws is not None and not ws.is_current():  # removed and created again
+            ws.close()
+            _env_cache.pop(ws.root, None)
+            ws = None
         if ws is None:
             ws = _workspaces[base] = Workspace.open(base)
         return ws

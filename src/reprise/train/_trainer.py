@@ -871,8 +871,8 @@ class Trainer:
         if reporter is None:
             return
         prune = False
-        if self.rank == 0:
-            reporter.report(metrics, self.global_step)
+        if self.rank == 0:  # step = the validation's number: warm-ups count validations
+            reporter.report(metrics, len(self.validations))
             prune = reporter.should_prune()
         if self.world_size > 1:
             import torch
@@ -885,9 +885,10 @@ class Trainer:
         if prune:
             from reprise.core.errors import TrialPruned
 
-            self._say(f"tuning trial pruned at optimizer step {self.global_step} "
-                      f"(validation {dict(metrics)})")
-            raise TrialPruned(f"trial pruned at optimizer step {self.global_step}")
+            self._say(f"tuning trial pruned after validation {len(self.validations)} "
+                      f"(optimizer step {self.global_step}; {dict(metrics)})")
+            raise TrialPruned(f"trial pruned after validation {len(self.validations)} "
+                              f"(optimizer step {self.global_step})")
 
     def validate(self, data: Any = None) -> dict[str, float]:
         """One pass over the validation data; metrics averaged by batch size.

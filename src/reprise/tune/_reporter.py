@@ -29,8 +29,8 @@ def make_pruner(name: str | None, *, warmup: int = 0) -> Any:
     import optuna
 
     key = (name or "none").lower()
-    if key == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=warmup)
+    if key == "median":  # 5 complete trials before judging (Optuna's default)
+        return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=warmup)
     if key == "hyperband":
         return optuna.pruners.HyperbandPruner()
     if key == "successive_halving":

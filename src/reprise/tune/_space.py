@@ -8,6 +8,7 @@ A space maps each parameter to one of::
     optimizer: {type: categorical, choices: [adam, sgd]}
     dropout:   [0.0, 0.1, 0.3]                 # a list is shorthand for categorical
     C:         {low: 0.01, high: 10, log: true} # no type: float, or int if both bounds are
+    units:     {low: 8, high: 128, log: true}    # int bounds: an int range, log-scaled
 
 Declared up front (rather than define-by-run) so that a study's space can be
 recorded, compared on resume, turned into a grid, and sampled by the
@@ -119,9 +120,10 @@ def _normalise(name: str, entry: Any) -> dict[str, Any]:
 
 
 def _infer(entry: Mapping[str, Any]) -> str:
+    """Integer bounds give an int range (log-scaled too); any float bound a float range."""
     bounds = (entry.get("low"), entry.get("high"))
     ints = all(isinstance(b, int) and not isinstance(b, bool) for b in bounds)
-    return "int" if ints and not entry.get("log") else "float"
+    return "int" if ints else "float"
 
 
 def _categorical(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from reprise.core.errors import ConfigError, UserError
@@ -22,7 +23,7 @@ __all__ = ["STORAGE_ENV", "open_storage", "storage_url"]
 
 STORAGE_ENV = "REPRISE_TUNE_STORAGE"
 _SCHEMA = "optuna"
-_cache: dict[str, Any] = {}
+_cache: dict[str, tuple[Any, tuple[int, int] | None]] = {}
 
 
 def storage_url(ws: Any) -> str:
@@ -45,12 +46,12 @@ def _postgres_url(url: str) -> str:
 
 
 def open_storage(url: str) -> Any:
-    """The Optuna storage at ``url``, one object per URL in this process."""
-    if url in _cache:
-        return _cache[url]
+    """The Optuna storage at ``url``, one object per URL in this process (a journal file
+    that was removed or replaced since, with its workspace, is opened afresh)."""
+    cached = _cache.get(url)
+    if cached is not None and cached[1] == _file_identity(url):
+        return cached[0]
     if url.startswith("journal://"):
-        from pathlib import Path
-
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend
 
@@ -59,8 +60,18 @@ def open_storage(url: str) -> Any:
         storage: Any = JournalStorage(JournalFileBackend(str(path)))
     else:
         storage = _rdb(url)
-    _cache[url] = storage
+    _cache[url] = (storage, _file_identity(url))
     return storage
+
+
+def _file_identity(url: str) -> tuple[int, int] | None:
+    if not url.startswith("journal://"):
+        return None
+    try:
+        st = os.stat(url.removeprefix("journal://"))
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _rdb(url: str) -> Any:

@@ -117,8 +117,10 @@ def tune(objective: Any, space: SearchSpace | Mapping[str, Any] | str | None = N
         params: fixed pipeline params for every trial.
         sampler: ``"tpe"``, ``"random"``, ``"grid"`` or ``"cmaes"``.
         pruner: ``"median"``, ``"hyperband"``, ``"successive_halving"`` or None;
-            fed by the Trainer's validation metrics and by cross-validation
-            folds (``prune_on`` picks the metric; ``warmup_steps`` delays it).
+            fed by the Trainer's validation metrics (step = the validation's
+            number) and by cross-validation folds (step = the fold); ``prune_on``
+            picks the metric, ``warmup_steps`` how many steps pass before the
+            median pruner judges (it also waits for 5 complete trials).
         study: the study's name (default: the objective's); a study that
             exists is resumed.
         workers: trials run at once, each in its own process when > 1.
