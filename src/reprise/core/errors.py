@@ -28,7 +28,8 @@ for lookups (the habit httpx follows in ``httpx/_exceptions.py``)::
     ├── StoreError
     │   ├── IntegrityError                  (ValueError)   a blob whose bytes do not match its hash
     │   └── SchemaVersionError              (RuntimeError) database newer than this Reprise
-    └── TrialPruned                                        a tuning trial told to stop early
+    ├── TrialPruned                                        a tuning trial told to stop early
+    └── ServingError                    (RuntimeError) a served model failed to load or warm up
 
 Every message says what was wrong, what was given, and what to do next.
 """
@@ -54,6 +55,7 @@ __all__ = [
     "RunFinishedError",
     "RunNotFoundError",
     "SchemaVersionError",
+    "ServingError",
     "StoreError",
     "TrialPruned",
     "UserError",
@@ -161,3 +163,7 @@ class TrialPruned(RepriseError):
     Not a failure: the tuner catches it and marks the trial pruned (see
     :mod:`reprise.core._report`).
     """
+
+
+class ServingError(RepriseError, RuntimeError):
+    """A model server could not load or warm up a model version; the message names it."""

@@ -92,8 +92,8 @@ class FieldError:
     row: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"field": self.field, "problem": self.problem, "expected": self.expected,
-               "got": self.got}
+        out: dict[str, Any] = {"field": self.field, "problem": self.problem,
+                               "expected": self.expected, "got": self.got}
         if self.row is not None:
             out["row"] = self.row
         return out

@@ -1,0 +1,57 @@
+"""``reprise serve NAME[@ALIAS|:VERSION] ...``: serve registered models over HTTP."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+__all__ = ["serve"]
+
+
+def serve(
+    refs: Annotated[list[str], typer.Argument(
+        help="Models to serve: NAME@ALIAS (follows the alias), NAME:VERSION (pinned) or "
+             "NAME (the newest version, followed).", metavar="NAME[@ALIAS|:VERSION]...")],
+    host: Annotated[str, typer.Option(help="Address to bind; 0.0.0.0 exposes the server "
+                                           "beyond this machine (set a token).")
+                    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    max_batch_size: Annotated[int, typer.Option(help="Most rows per predict call "
+                                                     "(1: no batching).")] = 64,
+    max_wait_ms: Annotated[float, typer.Option(
+        help="Longest a batch keeps gathering arriving requests.")] = 2.0,
+    latency_budget_ms: Annotated[float, typer.Option(
+        help="Answer 503 + Retry-After when the queue would take longer.")] = 1000.0,
+    poll_interval: Annotated[float, typer.Option(
+        help="Seconds between checks of where followed aliases point.")] = 5.0,
+    max_body_bytes: Annotated[int, typer.Option(help="Larger request bodies get 413.")
+                              ] = 4 * 1024 * 1024,
+    extra_columns: Annotated[str | None, typer.Option(
+        help="reject or ignore unknown columns (default: each model's own policy).")] = None,
+    out_of_range: Annotated[str | None, typer.Option(
+        help="flag or reject values outside the training range (default: the model's).")
+    ] = None,
+    access_log: Annotated[bool, typer.Option("--access-log", help="Log every request.")
+                          ] = False,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+) -> None:
+    """Serve registered models: Reprise's JSON API, the Open Inference Protocol (KServe V2),
+    health probes and Prometheus metrics. A bearer token is required when
+    REPRISE_SERVE_TOKEN is set. Ctrl-C drains in-flight requests, then stops."""
+    from reprise.cli._fast import workspace
+    from reprise.core import require
+    from reprise.core.errors import UserError
+
+    require("uvicorn", "serve", "reprise serve")
+    from reprise.registry import RegistrySource
+    from reprise.serve import Settings, run_server
+
+    if port < 0 or port > 65535:
+        raise UserError(f"--port must be between 0 and 65535, not {port}.")
+    settings = Settings(max_batch_size=max_batch_size, max_wait_ms=max_wait_ms,
+                        latency_budget_ms=latency_budget_ms, poll_interval=poll_interval,
+                        max_body_bytes=max_body_bytes, extra_columns=extra_columns,
+                        out_of_range=out_of_range)
+    run_server(RegistrySource(workspace()), refs, settings=settings, host=host, port=port,
+               log_level=log_level, access_log=access_log)

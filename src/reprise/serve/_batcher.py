@@ -1,0 +1,300 @@
+"""Dynamic micro-batching for one model version.
+
+Written by hand: the policy is this server's own (no waiting when idle, gathering only
+while requests keep arriving, a latency budget that sheds load) and it needs one worker
+thread per version plus per-caller futures on the event loop; Ray Serve's and BentoML's
+batchers come with their whole runtimes.
+
+Policy:
+
+* Requests queue in arrival order. When the model is idle, the queue is dispatched on
+  the next turn of the event loop, so the requests that arrived in the same turn share
+  a batch; it keeps gathering turn by turn only while each turn brings new requests,
+  up to ``max_batch_size`` rows or ``max_wait`` seconds. A lone request therefore waits
+  one loop turn (microseconds), never ``max_wait``.
+* While a batch runs in the worker thread, new requests queue; when it finishes, the
+  queue is dispatched the same way. Under load batches grow by themselves.
+* A batch holds whole requests (a request larger than ``max_batch_size`` runs alone).
+* ``submit`` refuses (:class:`Overloaded`) a request whose estimated wait, from the queue
+  ahead of it and a moving average of the model's call time, exceeds the latency budget.
+* If a batch of several requests fails, each request is retried alone, so one bad
+  request cannot fail the others; a failure is logged once with an error id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any
+
+from reprise.core import new_id
+
+__all__ = ["Batcher", "Closed", "Overloaded", "PredictFailed", "Result"]
+
+_logger = logging.getLogger(__name__)
+_EWMA = 0.2  # weight of the newest call in the moving average of call times
+
+
+class Overloaded(Exception):
+    """The queue cannot meet the latency budget; retry after ``retry_after`` seconds."""
+
+    def __init__(self, retry_after: int, estimate_s: float) -> None:
+        super().__init__(f"estimated wait {estimate_s * 1000:.0f} ms")
+        self.retry_after, self.estimate_s = retry_after, estimate_s
+
+
+class Closed(Exception):
+    """The version was retired or the server is stopping."""
+
+
+class PredictFailed(Exception):
+    """The model raised; the traceback is in the server log under ``error_id``."""
+
+    def __init__(self, error_id: str) -> None:
+        super().__init__(error_id)
+        self.error_id = error_id
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    """One caller's outputs: its rows of each output column, in its row order.
+
+    ``kinds`` and ``row_shapes`` describe the batch's output arrays (numpy dtype string
+    and per-row shape) where the model returned arrays; shared by a batch's callers.
+    """
+
+    outputs: dict[str, list[Any]]
+    kinds: dict[str, str]
+    row_shapes: dict[str, tuple[int, ...]]
+
+
+@dataclass(slots=True)
+class _Item:
+    columns: dict[str, Any]
+    rows: int
+    future: asyncio.Future[Result]
+
+
+def _no_batch(rows: int, seconds: float) -> None:
+    pass
+
+
+def _no_depth(depth: int) -> None:
+    pass
+
+
+class Batcher:
+    """Queue, batch and run ``predict`` for one model version in its own thread.
+
+    Create it on the event loop that will call :meth:`submit`; everything but the
+    ``predict`` call itself runs on that loop, so no locks are needed.
+    """
+
+    def __init__(self, predict: Callable[[dict[str, Any]], Mapping[str, Any]],
+                 convert: Callable[[Mapping[str, Any]], dict[str, Any]], *, label: str,
+                 max_batch_size: int, max_wait_s: float, budget_s: float | None,
+                 on_batch: Callable[[int, float], None] = _no_batch,
+                 on_depth: Callable[[int], None] = _no_depth) -> None:
+        self._predict, self._convert, self.label = predict, convert, label
+        self.max_batch_size, self._max_wait_s, self._budget_s = (
+            max_batch_size, max_wait_s, budget_s)
+        self._on_batch, self._on_depth = on_batch, on_depth
+        self._loop = asyncio.get_running_loop()
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"reprise-{label}")
+        self._queue: deque[_Item] = deque()
+        self._queued_rows = 0
+        self._busy = self._gathering = self._closed = False
+        self._seen, self._gather_start = 0, 0.0
+        self.call_s: float | None = None  # moving average of one predict call
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting (not counting the batch running now)."""
+        return len(self._queue)
+
+    def estimate_wait(self, rows: int) -> float:
+        """Seconds a request of ``rows`` rows would wait for its answer now (an estimate)."""
+        if self.call_s is None:
+            return 0.0
+        batches = math.ceil((self._queued_rows + rows) / self.max_batch_size)
+        return (batches + (1 if self._busy else 0)) * self.call_s
+
+    def submit(self, columns: dict[str, Any], rows: int) -> asyncio.Future[Result]:
+        """Queue checked input columns; the future gets this caller's :class:`Result`.
+
+        Raises:
+            Overloaded: the estimated wait exceeds the latency budget.
+            Closed: the batcher no longer takes work.
+        """
+        if self._closed:
+            raise Closed(self.label)
+        if self._budget_s is not None and (self._busy or self._queue):
+            estimate = self.estimate_wait(rows)
+            if estimate > self._budget_s:
+                raise Overloaded(max(1, math.ceil(estimate - self._budget_s)), estimate)
+        future: asyncio.Future[Result] = self._loop.create_future()
+        self._queue.append(_Item(columns, rows, future))
+        self._queued_rows += rows
+        self._idle.clear()
+        if not self._busy and not self._gathering:
+            self._start_gathering()
+        return future
+
+    async def drain(self, timeout: float) -> bool:
+        """Wait until nothing is queued or running; False if ``timeout`` passed first."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def close(self) -> None:
+        """Take no more work, fail what is still queued, and let the thread end."""
+        self._closed = True
+        while self._queue:
+            item = self._queue.popleft()
+            if not item.future.done():
+                item.future.set_exception(Closed(self.label))
+        self._queued_rows = 0
+        self._executor.shutdown(wait=False)
+
+    # -- gathering and dispatch (event loop) ------------------------------------------
+
+    def _start_gathering(self) -> None:
+        self._gathering = True
+        self._seen, self._gather_start = len(self._queue), time.perf_counter()
+        self._loop.call_soon(self._gather)
+
+    def _gather(self) -> None:
+        n = len(self._queue)
+        if (n == self._seen or self._queued_rows >= self.max_batch_size
+                or time.perf_counter() - self._gather_start >= self._max_wait_s):
+            self._dispatch()
+        else:  # requests arrived during the last turn: give the next turn a chance too
+            self._seen = n
+            self._loop.call_soon(self._gather)
+
+    def _dispatch(self) -> None:
+        self._gathering = False
+        batch: list[_Item] = []
+        rows = 0
+        queue = self._queue
+        while queue:
+            item = queue[0]
+            if batch and rows + item.rows > self.max_batch_size:
+                break
+            queue.popleft()
+            self._queued_rows -= item.rows
+            if not item.future.done():  # a caller that went away is not computed
+                batch.append(item)
+                rows += item.rows
+        self._on_depth(len(queue))
+        if not batch:
+            self._idle.set()
+            return
+        self._busy = True
+        self._executor.submit(self._run, batch)
+
+    def _finish(self, batch: list[_Item], results: list[Result | PredictFailed],
+                seconds: float) -> None:
+        self._busy = False
+        self.call_s = seconds if self.call_s is None else (
+            (1 - _EWMA) * self.call_s + _EWMA * seconds)
+        self._on_batch(sum(item.rows for item in batch), seconds)
+        for item, result in zip(batch, results, strict=True):
+            if item.future.done():
+                continue
+            if isinstance(result, PredictFailed):
+                item.future.set_exception(result)
+            else:
+                item.future.set_result(result)
+        if self._queue and not self._closed:
+            self._start_gathering()
+        else:
+            self._idle.set()
+
+    # -- the worker thread -------------------------------------------------------------
+
+    def _run(self, batch: list[_Item]) -> None:
+        start = time.perf_counter()
+        results: list[Result | PredictFailed]
+        try:
+            results = list(self._predict_batch(batch))
+        except Exception as exc:
+            results = ([self._predict_alone(item) for item in batch] if len(batch) > 1
+                       else [self._failed(exc)])
+        seconds = time.perf_counter() - start
+        try:
+            self._loop.call_soon_threadsafe(self._finish, batch, results, seconds)
+        except RuntimeError:  # the loop is closed: the server is gone, nobody waits
+            pass
+
+    def _predict_alone(self, item: _Item) -> Result | PredictFailed:
+        try:
+            return self._predict_batch([item])[0]
+        except Exception as exc:
+            return self._failed(exc)
+
+    def _failed(self, exc: BaseException) -> PredictFailed:
+        error_id = new_id()
+        _logger.error("model %s failed to predict (error id %s)", self.label, error_id,
+                      exc_info=exc)
+        return PredictFailed(error_id)
+
+    def _predict_batch(self, batch: list[_Item]) -> list[Result]:
+        rows = sum(item.rows for item in batch)
+        outputs = self._predict(self._merge(batch))
+        if not isinstance(outputs, Mapping):
+            raise TypeError(f"predict returned a {type(outputs).__name__}, not a mapping of "
+                            "output columns")
+        return _split(outputs, batch, rows)
+
+    def _merge(self, batch: list[_Item]) -> dict[str, Any]:
+        """One column per input across the batch, converted to arrays once."""
+        if len(batch) == 1:
+            return self._convert(batch[0].columns)
+        merged: dict[str, Any] = {}
+        for name in batch[0].columns:
+            chunks = [item.columns[name] for item in batch]
+            if all(type(c) is list for c in chunks):
+                merged[name] = list(chain.from_iterable(chunks))
+            else:  # some callers sent numpy arrays (programmatic use): convert, then join
+                import numpy as np
+
+                merged[name] = np.concatenate(
+                    [self._convert({name: c})[name] for c in chunks])
+        return self._convert(merged)
+
+
+def _split(outputs: Mapping[str, Any], batch: list[_Item], rows: int) -> list[Result]:
+    """Each caller's slice of every output column, as plain lists."""
+    lists: dict[str, list[Any]] = {}
+    kinds: dict[str, str] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, values in outputs.items():
+        dtype = getattr(values, "dtype", None)
+        if dtype is not None and hasattr(values, "tolist"):
+            kinds[name] = dtype.str[1:]
+            shapes[name] = tuple(getattr(values, "shape", (0,))[1:])
+            values = values.tolist()
+        else:
+            values = list(values)
+        if len(values) != rows:
+            raise ValueError(f"predict returned {len(values)} rows of output {name!r} "
+                             f"for {rows} input rows")
+        lists[name] = values
+    results, start = [], 0
+    for item in batch:
+        end = start + item.rows
+        results.append(Result({n: v[start:end] for n, v in lists.items()}, kinds, shapes))
+        start = end
+    return results

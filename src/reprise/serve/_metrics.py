@@ -1,0 +1,80 @@
+"""Prometheus metrics of one server (its own registry, so servers in one process, as in
+tests, do not share counters). Label children are cached: looking one up through
+``labels()`` costs more than the increment itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Metrics"]
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                    2.5, 5.0)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+UNKNOWN = "_unknown"  # the model label of requests for names this server does not serve
+
+
+class Metrics:
+    """Requests, errors, latency, batch sizes, queue depth and out-of-range values."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry(auto_describe=True)
+        r, mv = self.registry, ["model", "version"]
+        self._requests = Counter("reprise_requests", "Prediction requests answered, by "
+                                 "model, version and HTTP status code.", [*mv, "code"],
+                                 registry=r)
+        self._errors = Counter("reprise_request_errors", "Prediction requests answered "
+                               "with an error, by kind.", [*mv, "kind"], registry=r)
+        self._latency = Histogram("reprise_request_duration_seconds", "Time from the "
+                                  "request to its answer.", mv, buckets=_LATENCY_BUCKETS,
+                                  registry=r)
+        self._batch = Histogram("reprise_batch_size_rows", "Rows per predict call.", mv,
+                                buckets=_BATCH_BUCKETS, registry=r)
+        self._predict = Histogram("reprise_predict_duration_seconds", "Time of one "
+                                  "predict call (a whole batch).", mv,
+                                  buckets=_LATENCY_BUCKETS, registry=r)
+        self._queue = Gauge("reprise_queue_depth", "Requests waiting for their batch.", mv,
+                            registry=r)
+        self._out = Counter("reprise_out_of_range_values", "Values outside the training "
+                            "range or categories, by input field.", [*mv, "field"],
+                            registry=r)
+        self._served = Gauge("reprise_model_served", "1 for each model version this "
+                             "server answers with.", mv, registry=r)
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def request(self, model: str, version: str, code: int, seconds: float,
+                error_kind: str | None = None) -> None:
+        """Count one answered request and its latency."""
+        self._child(self._requests, model, version, str(code)).inc()
+        self._child(self._latency, model, version).observe(seconds)
+        if error_kind is not None:
+            self._child(self._errors, model, version, error_kind).inc()
+
+    def batch(self, model: str, version: str, rows: int, seconds: float) -> None:
+        self._child(self._batch, model, version).observe(rows)
+        self._child(self._predict, model, version).observe(seconds)
+
+    def queue_depth(self, model: str, version: str, depth: int) -> None:
+        self._child(self._queue, model, version).set(depth)
+
+    def out_of_range(self, model: str, version: str, counts: dict[str, int]) -> None:
+        for field, n in counts.items():
+            self._child(self._out, model, version, field).inc(n)
+
+    def served(self, model: str, version: str, serving: bool) -> None:
+        self._child(self._served, model, version).set(1 if serving else 0)
+
+    def render(self) -> tuple[bytes, str]:
+        """The text exposition format and its content type."""
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

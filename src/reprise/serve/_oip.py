@@ -1,0 +1,189 @@
+"""The Open Inference Protocol (KServe V2) REST mapping: metadata, tensors in and out.
+
+Written by hand because the mapping is small and specific to Reprise signatures (a
+tensor per input column, ``[rows]`` or ``[rows, *shape]``); KServe's and MLServer's
+implementations come with their whole servers. Follows
+``open-inference-protocol/specification/protocol/inference_rest.md``: tensor data flat
+in row-major order or nested, errors as ``{"error": "..."}`` with 400 for a bad request.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from typing import Any
+
+from reprise.registry import Field, Validated
+from reprise.serve._batcher import Result
+from reprise.serve._http import HTTPError
+from reprise.serve._models import ServedModel
+
+__all__ = ["DATATYPES", "check_infer", "infer_answer", "model_metadata"]
+
+DATATYPES = frozenset({"BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
+                       "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES"})
+_INTS = frozenset({"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"})
+_ACCEPTS = {"float": _INTS | {"FP16", "FP32", "FP64"}, "int": _INTS, "bool": {"BOOL"},
+            "string": {"BYTES"}}
+_DATATYPE = {"float": "FP64", "int": "INT64", "bool": "BOOL", "string": "BYTES"}
+_FROM_NUMPY = {"f2": "FP16", "f4": "FP32", "f8": "FP64", "i1": "INT8", "i2": "INT16",
+               "i4": "INT32", "i8": "INT64", "u1": "UINT8", "u2": "UINT16", "u4": "UINT32",
+               "u8": "UINT64", "b1": "BOOL"}
+
+
+def _tensor(f: Field) -> dict[str, Any]:
+    return {"name": f.name, "datatype": _DATATYPE[f.dtype], "shape": [-1, *f.shape]}
+
+
+def model_metadata(model: ServedModel, versions: list[int]) -> dict[str, Any]:
+    """``$metadata_model_response``: variable (batch) dimensions are -1."""
+    sig = model.signature
+    return {"name": model.name, "versions": [str(v) for v in versions],
+            "platform": getattr(model.servable, "platform", None) or "reprise_package",
+            "inputs": [_tensor(f) for f in sig.inputs],
+            "outputs": [_tensor(f) for f in sig.outputs]}
+
+
+def _bad(message: str) -> HTTPError:
+    return HTTPError(400, message, kind="invalid")
+
+
+def check_infer(model: ServedModel, payload: Any) -> tuple[Validated, str, list[str] | None]:
+    """Check an ``$inference_request``: (checked columns, request id, requested outputs)."""
+    if not isinstance(payload, dict):
+        raise _bad("the inference request must be a JSON object with \"inputs\"")
+    request_id = payload.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise _bad("\"id\" must be a string")
+    inputs = payload.get("inputs")
+    if not isinstance(inputs, list) or not inputs:
+        raise _bad("\"inputs\" must be a non-empty list of tensors {name, shape, datatype, "
+                   "data}")
+    fields = {f.name: f for f in model.signature.inputs}
+    columns: dict[str, Any] = {}
+    rows: set[int] = set()
+    for tensor in inputs:
+        name, values, n = _column(tensor, fields)
+        if name in columns:
+            raise _bad(f"input {name!r} is given twice")
+        columns[name] = values
+        rows.add(n)
+    if len(rows) > 1:
+        raise _bad(f"the inputs disagree on the number of rows (first dimensions "
+                   f"{sorted(rows)})")
+    checked = model.signature.check_columns(columns)
+    if not checked.ok:
+        raise HTTPError(400, "the inputs do not match the model's signature", kind="invalid",
+                        fields=[e.to_dict() for e in checked.errors])
+    return checked, request_id or str(uuid.uuid4()), _requested(payload.get("outputs"))
+
+
+def _column(tensor: Any, fields: dict[str, Field]) -> tuple[str, list[Any], int]:
+    """One input tensor as a column: a list of one value (or one nested list) per row."""
+    if not isinstance(tensor, dict):
+        raise _bad("each input must be an object {name, shape, datatype, data}")
+    name, shape = tensor.get("name"), tensor.get("shape")
+    datatype, data = tensor.get("datatype"), tensor.get("data")
+    if not isinstance(name, str):
+        raise _bad("each input needs a \"name\" string")
+    if (not isinstance(shape, list) or not shape
+            or not all(type(d) is int and d >= 0 for d in shape)):
+        raise _bad(f"input {name!r}: \"shape\" must be a list of non-negative integers, "
+                   "the first one the number of rows")
+    if datatype not in DATATYPES:
+        raise _bad(f"input {name!r}: \"datatype\" must be one of {sorted(DATATYPES)}")
+    if not isinstance(data, list):
+        raise _bad(f"input {name!r}: \"data\" must be a list (flat row-major, or nested)")
+    flat = _flatten(data) if data and isinstance(data[0], list) else data
+    if len(flat) != math.prod(shape):
+        raise _bad(f"input {name!r}: shape {shape} needs {math.prod(shape)} elements; "
+                   f"\"data\" has {len(flat)}")
+    f = fields.get(name)
+    if f is None:  # an extra column: the signature's policy rejects or ignores it
+        return name, [None] * shape[0], shape[0]
+    if datatype not in _ACCEPTS[f.dtype]:
+        raise _bad(f"input {name!r}: datatype {datatype} does not fit {f.expected()}; send "
+                   f"{_DATATYPE[f.dtype]}")
+    row_shape = tuple(shape[1:])
+    if not f.shape:
+        if row_shape not in ((), (1,)):
+            raise _bad(f"input {name!r}: shape {shape}; expected [rows] or [rows, 1]")
+        return name, flat, shape[0]
+    if row_shape != f.shape:
+        raise _bad(f"input {name!r}: shape {shape}; expected [rows, "
+                   + ", ".join(map(str, f.shape)) + "]")
+    return name, _nest(flat, shape), shape[0]
+
+
+def _flatten(data: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    stack = [iter(data)]
+    while stack:
+        for item in stack[-1]:
+            if isinstance(item, list):
+                stack.append(iter(item))
+                break
+            out.append(item)
+        else:
+            stack.pop()
+    return out
+
+
+def _nest(flat: list[Any], shape: list[int]) -> list[Any]:
+    """Row-major ``flat`` as nested lists of ``shape`` (outermost: rows)."""
+    out = flat
+    for size in reversed(shape[1:]):
+        out = [out[i:i + size] for i in range(0, len(out), size)]
+    return out
+
+
+def _requested(outputs: Any) -> list[str] | None:
+    if outputs is None:
+        return None
+    if not isinstance(outputs, list) or not all(
+            isinstance(o, dict) and isinstance(o.get("name"), str) for o in outputs):
+        raise _bad("\"outputs\" must be a list of objects with a \"name\"")
+    return [o["name"] for o in outputs]
+
+
+def infer_answer(model: ServedModel, result: Result, rows: int, request_id: str,
+                 requested: list[str] | None) -> dict[str, Any]:
+    """``$inference_response``: every output (or those requested) as a flat tensor."""
+    declared = {f.name: f for f in model.signature.outputs}
+    names = list(result.outputs) if requested is None else requested
+    outputs = []
+    for name in names:
+        values = result.outputs.get(name)
+        if values is None:
+            raise _bad(f"output {name!r} does not exist; outputs: {', '.join(result.outputs)}")
+        row_shape = result.row_shapes.get(name)
+        if row_shape is None:
+            row_shape = _shape_of(values[0]) if values else ()
+        outputs.append({"name": name, "shape": [rows, *row_shape],
+                        "datatype": _datatype(result.kinds.get(name), declared.get(name),
+                                              values),
+                        "data": _flatten(values) if row_shape else values})
+    return {"model_name": model.name, "model_version": str(model.version), "id": request_id,
+            "outputs": outputs}
+
+
+def _shape_of(value: Any) -> tuple[int, ...]:
+    shape: list[int] = []
+    while isinstance(value, list):
+        shape.append(len(value))
+        value = value[0] if value else None
+    return tuple(shape)
+
+
+def _datatype(kind: str | None, declared: Field | None, values: list[Any]) -> str:
+    if kind is not None and kind in _FROM_NUMPY:
+        return _FROM_NUMPY[kind]
+    if kind is not None and kind[0] in "OU":
+        return "BYTES"
+    if declared is not None:
+        return _DATATYPE[declared.dtype]
+    first = _flatten(values[:1])[:1] if values else []
+    for python_type, datatype in ((bool, "BOOL"), (int, "INT64"), (float, "FP64")):
+        if first and type(first[0]) is python_type:
+            return datatype
+    return "BYTES"

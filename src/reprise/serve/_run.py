@@ -1,0 +1,97 @@
+"""``run_server``: serve models with uvicorn in this process until stopped."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Any
+
+from reprise.core import require
+from reprise.registry import ModelSource
+from reprise.serve._settings import Settings
+
+__all__ = ["run_server"]
+
+_logger = logging.getLogger(__name__)
+_LOOPBACK = ("127.", "localhost", "::1")
+
+
+def run_server(source: ModelSource, refs: list[str], *, settings: Settings | None = None,
+               host: str = "127.0.0.1", port: int = 8000, log_level: str = "info",
+               access_log: bool = False) -> None:
+    """Resolve ``refs`` (unknown ones raise before anything binds), then serve them with
+    uvicorn on ``host:port`` until SIGINT/SIGTERM, which drains in-flight requests.
+
+    uvicorn picks uvloop and httptools when installed (the ``serve`` extra has them).
+
+    Raises:
+        NotFoundError: a ref names no model, alias or version.
+        ServingError: a model failed to load or warm up at start-up.
+
+    Example:
+        >>> from reprise.registry import RegistrySource
+        >>> run_server(RegistrySource(), ["churn@production"], port=8000)  # doctest: +SKIP
+    """
+    uvicorn = require("uvicorn", "serve", "serving models")
+    require("fastapi", "serve", "serving models")
+    require("prometheus_client", "serve", "serving models")
+    from reprise.core.errors import RepriseError, ServingError
+    from reprise.serve._app import create_app
+
+    settings = settings or Settings()
+    for ref in refs:
+        source.resolve(ref)
+    if not host.startswith(_LOOPBACK) and settings.resolved_token() is None:
+        _logger.warning("serving on %s without a token: anyone who can reach this address "
+                        "can use the models; set REPRISE_SERVE_TOKEN", host)
+    app = create_app(source, refs, settings=settings)
+    server = uvicorn.Server(uvicorn.Config(
+        app, host=host, port=port, log_level=log_level, access_log=access_log,
+        timeout_graceful_shutdown=max(1, int(settings.drain_timeout)), lifespan="on"))
+    fatal: list[BaseException] = []
+
+    def on_fatal(exc: BaseException) -> None:
+        fatal.append(exc)
+        server.should_exit = True
+
+    app.state.reprise.on_fatal = on_fatal
+    _configure_logging(log_level)
+    _run_until_stopped(server)
+    if fatal:
+        exc = fatal[0]
+        if isinstance(exc, RepriseError):
+            raise exc
+        raise ServingError(f"the server could not start: {type(exc).__name__}: {exc}")
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _raise_stopped(signum: int, frame: Any) -> None:
+    raise _Stopped
+
+
+def _run_until_stopped(server: Any) -> None:
+    """Run uvicorn; a SIGINT or SIGTERM stops it gracefully (uvicorn drains, then raises
+    the signal again once its own handlers are gone), which is a clean exit, not an
+    interruption."""
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_stopped) if in_main else None
+    try:
+        server.run()
+    except (KeyboardInterrupt, _Stopped):
+        _logger.info("stopped")
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _configure_logging(level: str) -> None:
+    """Show Reprise's serving log (errors with their ids) when nothing else configured
+    logging; uvicorn configures only its own loggers."""
+    root: Any = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(level=level.upper(),
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -1,0 +1,173 @@
+"""A server's life: load and warm up every model at start-up, follow moving references
+(aliases, newest version), swap versions without dropping a request, drain at shutdown.
+
+Loading, warming up and resolving run off the event loop (``asyncio.to_thread`` and the
+model's own worker thread); the swap itself is a few assignments on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any
+
+from reprise.registry import ModelSource
+from reprise.serve._metrics import Metrics
+from reprise.serve._models import ModelTable, ServedModel, is_pinned
+from reprise.serve._settings import Settings
+
+__all__ = ["ServerState"]
+
+_logger = logging.getLogger(__name__)
+
+
+class ServerState:
+    """Everything one server holds: source, settings, metrics, the model table, tasks.
+
+    ``ready`` is true once every ref is loaded and warmed up. ``failed`` holds the reason
+    when start-up could not load a model; ``on_fatal`` (set by :func:`run_server`) is
+    called then, so the process can exit instead of staying up unready.
+    """
+
+    def __init__(self, source: ModelSource, refs: list[str], settings: Settings) -> None:
+        if not refs:
+            from reprise.core.errors import UserError
+
+            raise UserError("give at least one model to serve: NAME@ALIAS, NAME:VERSION "
+                            "or NAME")
+        self.source, self.settings = source, settings
+        self.table = ModelTable(refs)
+        self.metrics = Metrics()
+        self.token = settings.resolved_token()
+        self.failed: str | None = None
+        self.stopping = False
+        self.on_fatal: Callable[[BaseException], None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()  # loading and following: cancelled
+        self._retiring: set[asyncio.Task[None]] = set()  # draining old versions: awaited
+        self._bad_versions: dict[str, int] = {}  # ref -> version that failed to load
+        self._unresolved: set[str] = set()  # refs whose last resolve failed
+
+    @property
+    def ready(self) -> bool:
+        return self.table.complete and self.failed is None and not self.stopping
+
+    @asynccontextmanager
+    async def lifespan(self, app: Any) -> AsyncIterator[None]:
+        """The ASGI lifespan: start loading in the background (so /healthz answers while
+        models load and /readyz says 503), and drain everything at shutdown."""
+        self._spawn(self._start())
+        try:
+            yield
+        finally:
+            await self.stop()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], *, retire: bool = False) -> None:
+        tasks = self._retiring if retire else self._tasks
+        task = asyncio.get_running_loop().create_task(coro)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    async def _start(self) -> None:
+        try:
+            for ref in self.table.refs:
+                name, version = await asyncio.to_thread(self.source.resolve, ref)
+                model = self.table.loaded(name, version) or await self._load(name, version)
+                self.table.install(ref, model)
+                _logger.info("serving %s as %s v%d", ref, name, version)
+        except Exception as exc:
+            self.failed = f"{type(exc).__name__}: {exc}"
+            _logger.error("could not start serving: %s", self.failed,
+                          exc_info=exc if not _is_user_error(exc) else None)
+            if self.on_fatal is not None:
+                self.on_fatal(exc)
+            return
+        _freeze_heap()
+        _logger.info("ready: %s", ", ".join(self.table.refs))
+        for ref in self.table.refs:
+            if not is_pinned(ref):
+                self._spawn(self._follow(ref))
+
+    async def _load(self, name: str, version: int) -> ServedModel:
+        servable = await asyncio.to_thread(self.source.load, name, version)
+        model = ServedModel.create(servable, self.settings.for_model(name), self.metrics)
+        try:
+            await model.warm_up()
+        except BaseException:
+            model.batcher.close()
+            raise
+        self.metrics.served(name, str(version), True)
+        return model
+
+    async def _follow(self, ref: str) -> None:
+        """Poll where ``ref`` points; load, warm up and swap in a new version when it moves."""
+        while True:
+            await asyncio.sleep(self.settings.poll_interval)
+            try:
+                name, version = await asyncio.to_thread(self.source.resolve, ref)
+            except Exception as exc:
+                if ref not in self._unresolved:  # once, not every poll
+                    self._unresolved.add(ref)
+                    _logger.warning("could not resolve %s (%s); still serving v%d", ref,
+                                    exc, self.table.by_ref[ref].version)
+                continue
+            self._unresolved.discard(ref)
+            if version != self.table.by_ref[ref].version:
+                await self._switch(ref, name, version)
+
+    async def _switch(self, ref: str, name: str, version: int) -> None:
+        current = self.table.by_ref[ref]
+        if self._bad_versions.get(ref) == version:
+            return  # failed before: logged once, keep serving the current version
+        try:
+            model = self.table.loaded(name, version) or await self._load(name, version)
+        except Exception as exc:
+            self._bad_versions[ref] = version
+            _logger.error("%s moved to v%d, which could not be loaded or warmed up (%s); "
+                          "still serving v%d", ref, version, exc, current.version,
+                          exc_info=exc)
+            return
+        if self.stopping:
+            return
+        self._bad_versions.pop(ref, None)
+        old = self.table.install(ref, model)
+        _logger.info("%s moved: v%d -> v%d", ref, current.version, version)
+        if old is not None:
+            self._spawn(self._retire(old), retire=True)
+
+    async def _retire(self, model: ServedModel) -> None:
+        """Let a replaced version finish what it queued, then release it."""
+        if not await model.batcher.drain(self.settings.drain_timeout):
+            _logger.warning("%s v%d still had queued requests after %.0f s; failing them",
+                            model.name, model.version, self.settings.drain_timeout)
+        model.batcher.close()
+        self.metrics.served(model.name, str(model.version), False)
+        _logger.info("released %s v%d", model.name, model.version)
+
+    async def stop(self) -> None:
+        """Stop following refs, let every queue drain, release every version."""
+        self.stopping = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._retiring, return_exceptions=True)
+        models = self.table.models()
+        await asyncio.gather(*(m.batcher.drain(self.settings.drain_timeout) for m in models))
+        for model in models:
+            model.batcher.close()
+
+
+def _freeze_heap() -> None:
+    """Move everything allocated so far (libraries, models) out of the cyclic garbage
+    collector's reach. Otherwise its occasional full passes walk the million or so
+    objects that scikit-learn, pandas and numpy leave behind and stall every request
+    for 50-100 ms; what requests allocate afterwards is still collected."""
+    gc.collect()
+    gc.freeze()
+
+
+def _is_user_error(exc: BaseException) -> bool:
+    from reprise.core.errors import UserError
+
+    return isinstance(exc, UserError)

@@ -1,0 +1,118 @@
+"""Server settings: batching, limits, validation policy, token; per-model overrides.
+
+Plain dataclasses with no heavy imports, so ``import reprise.serve`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from reprise.core.errors import ConfigError
+
+__all__ = ["TOKEN_ENV", "ModelSettings", "ResolvedSettings", "Settings"]
+
+TOKEN_ENV = "REPRISE_SERVE_TOKEN"
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """Overrides for one model name; ``None`` keeps the server-wide value."""
+
+    max_batch_size: int | None = None
+    max_wait_ms: float | None = None
+    latency_budget_ms: float | None = None
+    extra_columns: str | None = None
+    out_of_range: str | None = None
+
+
+@dataclass(frozen=True)
+class ResolvedSettings:
+    """The settings one model version runs with (server-wide values, then overrides)."""
+
+    max_batch_size: int
+    max_wait_ms: float
+    latency_budget_ms: float
+    extra_columns: str | None
+    out_of_range: str | None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a server batches, limits and protects its models.
+
+    Attributes:
+        max_batch_size: most rows in one ``predict`` call (1: no batching).
+        max_wait_ms: longest a batch keeps gathering requests that are arriving while the
+            model is idle; a lone request never waits for it.
+        latency_budget_ms: a request whose estimated queueing time exceeds this gets 503
+            with ``Retry-After`` instead of joining the queue.
+        max_body_bytes: larger request bodies get 413 (checked before and while reading).
+        extra_columns: ``"reject"`` or ``"ignore"`` unknown columns; ``None``: the model
+            signature's own policy.
+        out_of_range: ``"flag"`` (serve and count in /metrics) or ``"reject"`` (422) values
+            outside the training range or categories; ``None``: the signature's policy.
+        token: bearer token required on every endpoint but the health probes; ``None``
+            reads ``REPRISE_SERVE_TOKEN`` (empty: no token). Never logged or shown.
+        poll_interval: seconds between checks of where each followed alias points.
+        drain_timeout: seconds a shutdown or a retired version waits for queued work.
+        models: per-model-name overrides.
+
+    Example:
+        >>> Settings(max_batch_size=32, models={"churn": ModelSettings(max_wait_ms=0)}
+        ...          ).for_model("churn").max_wait_ms
+        0
+    """
+
+    max_batch_size: int = 64
+    max_wait_ms: float = 2.0
+    latency_budget_ms: float = 1000.0
+    max_body_bytes: int = 4 * 1024 * 1024
+    extra_columns: str | None = None
+    out_of_range: str | None = None
+    token: str | None = field(default=None, repr=False)
+    poll_interval: float = 5.0
+    drain_timeout: float = 30.0
+    models: Mapping[str, ModelSettings] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_model(self.max_batch_size, self.max_wait_ms, self.latency_budget_ms,
+                     self.extra_columns, self.out_of_range, "")
+        for name, m in self.models.items():
+            _check_model(m.max_batch_size, m.max_wait_ms, m.latency_budget_ms,
+                         m.extra_columns, m.out_of_range, f"models[{name!r}].")
+        if self.max_body_bytes < 1:
+            raise ConfigError(f"max_body_bytes must be 1 or more; got {self.max_body_bytes}")
+        if self.poll_interval <= 0 or self.drain_timeout < 0:
+            raise ConfigError("poll_interval must be positive and drain_timeout not negative; "
+                              f"got {self.poll_interval} and {self.drain_timeout}")
+
+    def for_model(self, name: str) -> ResolvedSettings:
+        """The settings for model ``name``: its overrides over the server-wide values."""
+        base = ResolvedSettings(self.max_batch_size, self.max_wait_ms, self.latency_budget_ms,
+                                self.extra_columns, self.out_of_range)
+        over = self.models.get(name)
+        if over is None:
+            return base
+        changes = {k: v for k, v in vars(over).items() if v is not None}
+        return replace(base, **changes)
+
+    def resolved_token(self) -> str | None:
+        """The token in force: ``token``, else ``REPRISE_SERVE_TOKEN``; ``None`` when empty."""
+        token = self.token if self.token is not None else os.environ.get(TOKEN_ENV, "")
+        return token or None
+
+
+def _check_model(batch: int | None, wait: float | None, budget: float | None,
+                 extra: str | None, out: str | None, where: str) -> None:
+    if batch is not None and batch < 1:
+        raise ConfigError(f"{where}max_batch_size must be 1 or more; got {batch}")
+    if wait is not None and wait < 0:
+        raise ConfigError(f"{where}max_wait_ms must not be negative; got {wait}")
+    if budget is not None and budget <= 0:
+        raise ConfigError(f"{where}latency_budget_ms must be positive; got {budget}")
+    if extra not in (None, "reject", "ignore"):
+        raise ConfigError(f"{where}extra_columns must be 'reject' or 'ignore'; got {extra!r}")
+    if out not in (None, "flag", "reject"):
+        raise ConfigError(f"{where}out_of_range must be 'flag' or 'reject'; got {out!r}")

@@ -1,0 +1,198 @@
+"""The micro-batcher: every caller gets exactly its own rows, in order, never mixed up or
+dropped; batches respect the size limit; a lone request does not wait; overload sheds."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reprise.serve._batcher import Batcher, Closed, Overloaded, PredictFailed
+from tests.serve.fakes import run
+
+
+class Echo:
+    """predict: out = in * 10 + 1, recording batch sizes, the thread, and overlap."""
+
+    def __init__(self, delay: float = 0.0, fail_on: int | None = None) -> None:
+        self.delay, self.fail_on = delay, fail_on
+        self.batches: list[int] = []
+        self.threads: set[int] = set()
+        self.active = self.max_active = 0
+
+    def __call__(self, columns: dict[str, Any]) -> dict[str, Any]:
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        self.threads.add(threading.get_ident())
+        self.batches.append(len(columns["v"]))
+        if self.delay:
+            time.sleep(self.delay)
+        self.active -= 1
+        if self.fail_on is not None and self.fail_on in columns["v"]:
+            raise ValueError("poisoned row")
+        return {"out": [v * 10 + 1 for v in columns["v"]]}
+
+
+def _batcher(model: Echo, *, size: int = 8, wait: float = 0.002,
+             budget: float | None = None) -> Batcher:
+    return Batcher(model, dict, label="test-v1", max_batch_size=size, max_wait_s=wait,
+                   budget_s=budget)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(1, 12), min_size=1, max_size=40), st.integers(1, 16),
+       st.sampled_from([0.0, 0.0005]))
+def test_every_caller_gets_exactly_its_rows(sizes: list[int], max_batch: int,
+                                            delay: float) -> None:
+    async def main() -> None:
+        model = Echo(delay)
+        b = _batcher(model, size=max_batch)
+        start = 0
+        calls = []
+        for n in sizes:
+            rows = list(range(start, start + n))
+            start += n
+
+            async def one(rows: list[int] = rows) -> None:
+                await asyncio.sleep(0)  # interleave the callers
+                result = await b.submit({"v": rows}, len(rows))
+                assert result.outputs == {"out": [v * 10 + 1 for v in rows]}
+            calls.append(one())
+        await asyncio.gather(*calls)
+        assert sum(model.batches) == sum(sizes)
+        assert all(n <= max_batch or n in sizes for n in model.batches)
+        assert model.max_active == 1
+        assert await b.drain(1)
+        b.close()
+
+    run(main())
+
+
+def test_predict_runs_in_one_worker_thread_never_on_the_loop() -> None:
+    async def main() -> None:
+        model = Echo(0.001)
+        b = _batcher(model)
+        await asyncio.gather(*(b.submit({"v": [i]}, 1) for i in range(30)))
+        assert model.threads and threading.get_ident() not in model.threads
+        assert len(model.threads) == 1 and model.max_active == 1
+        b.close()
+
+    run(main())
+
+
+def test_a_lone_request_does_not_wait_for_max_wait() -> None:
+    async def main() -> None:
+        b = _batcher(Echo(), wait=2.0)
+        t0 = time.perf_counter()
+        await b.submit({"v": [1]}, 1)
+        assert time.perf_counter() - t0 < 0.5
+        b.close()
+
+    run(main())
+
+
+def test_requests_arriving_together_share_a_batch_and_the_size_limit_holds() -> None:
+    async def main() -> None:
+        model = Echo()
+        b = _batcher(model, size=4)
+        futures = [b.submit({"v": [i]}, 1) for i in range(10)]
+        await asyncio.gather(*futures)
+        assert model.batches == [4, 4, 2]
+        model.batches.clear()
+        big = await b.submit({"v": list(range(9))}, 9)  # larger than a batch: runs alone
+        assert len(big.outputs["out"]) == 9 and model.batches == [9]
+        b.close()
+
+    run(main())
+
+
+def test_max_batch_size_one_never_batches() -> None:
+    async def main() -> None:
+        model = Echo()
+        b = _batcher(model, size=1)
+        await asyncio.gather(*(b.submit({"v": [i]}, 1) for i in range(6)))
+        assert model.batches == [1] * 6
+        b.close()
+
+    run(main())
+
+
+def test_a_failing_request_does_not_fail_its_batch_mates(caplog: pytest.LogCaptureFixture
+                                                         ) -> None:
+    async def main() -> None:
+        b = _batcher(Echo(fail_on=3))
+        futures = [b.submit({"v": [i]}, 1) for i in range(6)]
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        failed = [r for r in results if isinstance(r, PredictFailed)]
+        assert len(failed) == 1 and results[3] is failed[0]
+        assert failed[0].error_id in caplog.text and "poisoned row" in caplog.text
+        assert [r.outputs["out"] for r in results if not isinstance(r, Exception)] == [
+            [1], [11], [21], [41], [51]]
+        b.close()
+
+    run(main())
+
+
+def test_overload_is_refused_with_a_retry_time_instead_of_queueing() -> None:
+    async def main() -> None:
+        b = _batcher(Echo(0.05), size=1, budget=0.12)
+        await b.submit({"v": [0]}, 1)  # seeds the moving average (~50 ms a call)
+        accepted = [b.submit({"v": [i]}, 1) for i in range(2)]
+        with pytest.raises(Overloaded) as info:
+            for i in range(10):
+                accepted.append(b.submit({"v": [i]}, 1))
+        assert info.value.retry_after >= 1 and info.value.estimate_s > 0.12
+        await asyncio.gather(*accepted)  # what was accepted is still answered
+        b.close()
+
+    run(main())
+
+
+def test_drain_waits_for_queued_work_and_close_fails_the_rest() -> None:
+    async def main() -> None:
+        b = _batcher(Echo(0.02), size=1)
+        futures = [b.submit({"v": [i]}, 1) for i in range(3)]
+        assert await b.drain(5)
+        assert all(f.done() and not f.exception() for f in futures)
+        slow = _batcher(Echo(0.2), size=1)
+        queued = [slow.submit({"v": [i]}, 1) for i in range(3)]
+        assert not await slow.drain(0.05)
+        slow.close()
+        with pytest.raises(Closed):
+            slow.submit({"v": [9]}, 1)
+        results = await asyncio.gather(*queued, return_exceptions=True)
+        assert any(isinstance(r, Closed) for r in results)
+        b.close()
+
+    run(main())
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.lists(st.integers(1, 9), min_size=2, max_size=30), st.integers(1, 8))
+def test_concurrent_http_callers_each_get_their_own_rows(sizes: list[int],
+                                                         max_batch: int) -> None:
+    from reprise.serve import Settings
+    from tests.serve.fakes import FakeSource, score, serving
+
+    source = FakeSource()
+    source.models["churn"][1].delay = 0.001
+
+    async def main() -> None:
+        async with serving(source, ["churn@production"],
+                           Settings(max_batch_size=max_batch, poll_interval=5)) as (c, _):
+            async def caller(k: int, n: int) -> None:
+                rows = [{"x": float(j % 10), "y": k, "plan": "gold" if j % 2 else "basic"}
+                        for j in range(n)]
+                r = await c.post("/v1/models/churn/predict", json={"records": rows})
+                assert r.status_code == 200
+                assert [p["score"] for p in r.json()["predictions"]] == [
+                    score(row["x"], k, row["plan"], 1) for row in rows]
+            await asyncio.gather(*(caller(k, n) for k, n in enumerate(sizes)))
+        assert sum(source.models["churn"][1].batches) == sum(sizes) + 1  # + warm-up
+
+    run(main())
