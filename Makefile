@@ -8,7 +8,7 @@ PIP_FLAGS := -q --disable-pip-version-check
 # resolves to the machine's CPU build. GPU users: make test TORCH_SPEC='torch==2.13.0+cu128'
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test test-reliability bench lint install install-torch install-dev install-bench clean help
+.PHONY: demo test test-reliability bench lint install install-demo install-dev install-bench clean help
 
 help:
 	@echo "make demo   - install and run the example end to end (embedded SQLite workspace)"
@@ -24,8 +24,8 @@ $(VENV)/.stamp-core: $(PY) pyproject.toml constraints.txt
 	$(PIP) $(PIP_FLAGS) install -c constraints.txt -e .
 	@touch $@
 
-$(VENV)/.stamp-torch: $(VENV)/.stamp-core
-	$(PIP) $(PIP_FLAGS) install -c constraints.txt -e '.[torch]' '$(TORCH_SPEC)'
+$(VENV)/.stamp-demo: $(VENV)/.stamp-core
+	$(PIP) $(PIP_FLAGS) install -c constraints.txt -e '.[torch,serve]' '$(TORCH_SPEC)'
 	@touch $@
 
 $(VENV)/.stamp-dev: $(VENV)/.stamp-core
@@ -37,11 +37,11 @@ $(VENV)/.stamp-bench: $(VENV)/.stamp-dev
 	@touch $@
 
 install: $(VENV)/.stamp-core
-install-torch: $(VENV)/.stamp-torch
+install-demo: $(VENV)/.stamp-demo
 install-dev: $(VENV)/.stamp-dev
 install-bench: $(VENV)/.stamp-bench
 
-demo: install-torch
+demo: install-demo
 	$(PY) examples/demo.py
 
 test: install-dev

@@ -23,7 +23,8 @@ embedded SQLite workspace, driven through the CLI as a user would.
    signature and card) as ``cancer:1``; ``promote`` points ``production`` at it (its
    evaluation gates passed); ``reprise lineage cancer@production`` goes from the
    model back to the dataset version; ``reprise predict`` scores the whole file in
-   chunks; the audit log shows who did what, and verifies.
+   chunks; ``reprise serve cancer@production`` answers a prediction over HTTP (and is
+   stopped); the audit log shows who did what, and verifies.
 """
 
 from __future__ import annotations
@@ -95,8 +96,54 @@ def main() -> None:
     reprise("lineage", "cancer@production")
     reprise("predict", "cancer@production", "data/cancer.csv", "-o",
             "reports/predictions.parquet")
+    serve_and_predict()
     reprise("audit", "log")
     reprise("audit", "verify")
+
+
+def serve_and_predict() -> None:
+    """``reprise serve cancer@production`` on a free loopback port, one prediction over
+    HTTP with a row of the data, then a clean stop (SIGINT drains and exits)."""
+    import csv
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    print(f"\n$ reprise serve cancer@production --port {port}   (in the background)", flush=True)
+    env = {k: v for k, v in os.environ.items() if k != "REPRISE_WORKSPACE"}
+    server = subprocess.Popen([sys.executable, "-m", "reprise.cli", "serve", "cancer@production",
+                               "--port", str(port)], cwd=PROJECT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/readyz", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                sys.exit("demo: the model server did not become ready")
+            time.sleep(0.3)
+        with open(PROJECT / "data" / "cancer.csv") as f:
+            row = next(csv.DictReader(f))
+        record = {k: float(v) for k, v in row.items() if k not in ("id", "target")}
+        body = json.dumps({"records": [record]}).encode()
+        print(f"$ curl -X POST {url}/v1/models/cancer/predict -d '{{\"records\": [...]}}'")
+        req = urllib.request.Request(f"{url}/v1/models/cancer/predict", data=body,
+                                     headers={"content-type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            answer = json.loads(r.read())
+        print(json.dumps(answer))
+        print(f"(row {row['id']} is labelled {row['target']} in the data)")
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=60)
 
 
 if __name__ == "__main__":
