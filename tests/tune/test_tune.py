@@ -67,7 +67,7 @@ def test_a_failing_objective_stops_the_search_unless_caught(workspace: Any) -> N
         tune(obj.fails, SPACE, n_trials=5, workspace=workspace)
     study = load_study(workspace, "fails")
     assert [t.state.name for t in study.trials] == ["FAIL"]
-    run = workspace.metadata.get_run(study.trials[0].user_attrs["reprise_run"])
+    run = workspace.metadata.get_run(study.trials[0].system_attrs["reprise_owner"]["run"])
     assert run.status.value == "failed" and "bad luck" in (run.error or "")
     res = tune(obj.fails, SPACE, n_trials=3, workspace=workspace, study="caught", catch=True)
     assert res.counts["failed"] == 3 and res.best_trial is None

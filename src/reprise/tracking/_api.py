@@ -104,13 +104,16 @@ def start_run(
     workspace: Workspace | None = None,
     system_metrics_interval: float | None = None,
     defer_ingest: bool = False,
+    run_id: str | None = None,
 ) -> Run:
     """Start a run; use it as a context manager so it ends with the right status.
 
     A run started while another is active becomes its child unless ``parent`` is
-    given. The run ends ``finished`` on a clean exit, ``failed`` (with the
-    traceback) on an exception, ``killed`` on Ctrl-C; a process killed outright
-    is marked ``killed`` by the next command that opens the workspace.
+    given. ``run_id`` takes an id made beforehand with ``reprise.core._ids.new_id``
+    (a tuner records a trial's run before the trial starts). The run ends ``finished``
+    on a clean exit, ``failed`` (with the traceback) on an exception, ``killed`` on
+    Ctrl-C; a process killed outright is marked ``killed`` by the next command that
+    opens the workspace.
 
     Example:
         >>> import reprise, tempfile
@@ -127,7 +130,7 @@ def start_run(
     parent_id = parent.id if isinstance(parent, Run) else parent
     run = Run(ws, name=name or "run", kind=RunKind(kind), parent_id=parent_id, seed=seed,
               env=environment(ws), system_metrics_interval=system_metrics_interval,
-              defer_ingest=defer_ingest)
+              defer_ingest=defer_ingest, run_id=run_id)
     try:
         if params:
             run.log_params(params)

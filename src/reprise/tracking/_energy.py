@@ -47,6 +47,11 @@ def _rapl_domains(root: Path = _POWERCAP) -> list[tuple[Path, int]]:
     return out
 
 
+# Set once NVML was found missing in this process: loading the library is tried (and
+# fails) in dlopen, which costs a few hundred microseconds per run otherwise.
+_NVML_ABSENT = False
+
+
 class EnergyMeter:
     """Joules since :meth:`start`. ``source`` is ``nvml``, ``rapl``, ``nvml+rapl`` or
     ``estimate``; :attr:`is_estimate` says whether the figure was measured."""
@@ -67,6 +72,9 @@ class EnergyMeter:
         self._started = False
 
     def _init_nvml(self) -> None:
+        global _NVML_ABSENT
+        if _NVML_ABSENT:  # probed in this process already: no driver, no counter
+            return
         try:
             import pynvml
 
@@ -78,6 +86,7 @@ class EnergyMeter:
             self._nvml, self._gpus = pynvml, handles
         except Exception:  # no pynvml / driver / counter: fall through to other sources
             self._nvml, self._gpus = None, []
+            _NVML_ABSENT = True  # a driver does not appear while a process runs
 
     @property
     def is_estimate(self) -> bool:

@@ -61,9 +61,10 @@ class Run:
         system_metrics_interval: float | None = None,
         extra_header: dict[str, Any] | None = None,
         defer_ingest: bool = False,
+        run_id: str | None = None,
     ) -> None:
         self.workspace = workspace
-        self.id = new_id()
+        self.id = run_id or new_id()
         self.name = name
         self.kind = RunKind(kind)
         self.parent_id = parent_id

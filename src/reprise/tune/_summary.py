@@ -67,13 +67,13 @@ def describe_study(study: Any, *, importances: bool = False) -> dict[str, Any]:
         trials.append({"number": t.number, "state": state, "value": t.value,
                        "params": dict(t.params), "seconds": seconds,
                        "last_step": steps[-1] if steps else None,
-                       "run_id": t.user_attrs.get("reprise_run"),
+                       "run_id": _run_of(t),
                        "retry_of": t.user_attrs.get("reprise_retry_of")})
     best = None
     if counts["complete"]:
         b = study.best_trial
         best = {"number": b.number, "value": b.value, "params": dict(b.params),
-                "run_id": b.user_attrs.get("reprise_run")}
+                "run_id": _run_of(b)}
     out: dict[str, Any] = {"study": study.study_name,
                            "direction": study.direction.name.lower(), "counts": counts,
                            "best": best, "trials": trials,
@@ -81,6 +81,12 @@ def describe_study(study: Any, *, importances: bool = False) -> dict[str, Any]:
     if importances:
         out["importances"] = param_importances(study)
     return out
+
+
+def _run_of(trial: Any) -> str | None:
+    """The trial's Reprise run: the tuner records it with the trial's owner."""
+    owner = trial.system_attrs.get("reprise_owner") or {}
+    return owner.get("run") if isinstance(owner, dict) else None
 
 
 def param_importances(study: Any) -> dict[str, float]:

@@ -141,6 +141,7 @@ class TrialTask:
     warmup: int = 0
     monitor: str | None = None
     frozen_before: int | None = None
+    run_id: str | None = None  # allocated by the tuner, recorded with the trial's owner
 
 
 @dataclass
@@ -172,7 +173,7 @@ def run_trial(task: TrialTask, objective: Objective, study: Any = None) -> Trial
                                   sampler=optuna.samplers.RandomSampler(0))
     run = start_run(f"trial-{task.number}", params=task.params or None, kind="trial",
                     parent=task.parent_run, workspace=ws, system_metrics_interval=0,
-                    defer_ingest=True,
+                    defer_ingest=True, run_id=task.run_id,
                     tags={"reprise.study": task.study, "reprise.trial": task.number})
     out = TrialOutcome(task.number, task.trial_id, "fail", run_id=run.id)
     env = trial_env(task.storage, task.study, task.trial_id, task.pruner, task.warmup,

@@ -438,7 +438,10 @@ class _Tuner:
                          pruner=self.s.pruner, warmup=self.s.warmup, monitor=self.s.monitor)
 
     def _dispatch(self, runner: Any, task: TrialTask) -> None:
-        self.beat.add(task.trial_id)
+        from reprise.core._ids import new_id
+
+        task.run_id = new_id()  # one journal write records owner, heartbeat and run
+        self.beat.add(task.trial_id, task.run_id)
         self.in_flight[task.trial_id] = task
         runner.submit(task)
 
@@ -479,8 +482,6 @@ class _Tuner:
         import optuna
 
         try:
-            if out.run_id:
-                self.storage.set_trial_user_attr(out.trial_id, "reprise_run", out.run_id)
             self.study.tell(out.number, out.value if out.state == "complete" else None,
                             state=state, skip_if_finished=True)
         except (optuna.exceptions.UpdateFinishedTrialError, ValueError) as exc:
@@ -606,7 +607,7 @@ class _Heartbeat:
     def __init__(self, storage: Any, interval: float) -> None:
         self.storage, self.interval = storage, interval
         self.me = {"host": socket.gethostname(), "pid": os.getpid()}
-        self.ids: set[int] = set()
+        self.ids: dict[int, str | None] = {}  # trial id -> its run id
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="reprise-tune-heartbeat",
@@ -620,23 +621,26 @@ class _Heartbeat:
         self._stop.set()
         self._thread.join(timeout=5)
 
-    def add(self, trial_id: int) -> None:
+    def add(self, trial_id: int, run_id: str | None = None) -> None:
         with self._lock:
-            self.ids.add(trial_id)
-        self.storage.set_trial_system_attr(trial_id, _OWNER, {**self.me, "beat": time.time()})
+            self.ids[trial_id] = run_id
+        self._write(trial_id, run_id)
+
+    def _write(self, trial_id: int, run_id: str | None) -> None:
+        self.storage.set_trial_system_attr(trial_id, _OWNER, {**self.me, "beat": time.time(),
+                                                              "run": run_id})
 
     def discard(self, trial_id: int) -> None:
         with self._lock:
-            self.ids.discard(trial_id)
+            self.ids.pop(trial_id, None)
 
     def _beat(self) -> None:
         while not self._stop.wait(self.interval):
             with self._lock:
-                ids = list(self.ids)
-            for tid in ids:
+                ids = list(self.ids.items())
+            for tid, run_id in ids:
                 try:
-                    self.storage.set_trial_system_attr(tid, _OWNER,
-                                                       {**self.me, "beat": time.time()})
+                    self._write(tid, run_id)
                 except Exception:  # noqa: BLE001 - finished meanwhile; the next beat skips it
                     self.discard(tid)
 
