@@ -1,0 +1,46 @@
+"""The model and the plain FastAPI peer of ``bench_serve.py``.
+
+``make_model()`` fits the benchmark's LogisticRegression (20 numeric features, seeded, so
+every process that calls it gets the same model). ``create_plain_app()`` is the floor: a
+FastAPI endpoint as one would write it by hand — a pydantic body, ``model.predict`` on a
+numpy row, no validation against training ranges, no metrics — run by uvicorn with the
+same settings as Reprise's server.
+
+(No ``from __future__ import annotations`` here: FastAPI must see the body model's class
+in the endpoint's signature, not a string naming a function-local class.)
+"""
+
+from typing import Any
+
+FEATURES = [f"f{i}" for i in range(20)]
+
+
+def make_model() -> tuple[Any, Any]:
+    """(training features as a DataFrame, fitted LogisticRegression)."""
+    import numpy as np
+    import pandas as pd
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.normal(size=(2000, len(FEATURES))), columns=FEATURES)
+    target = (frame["f0"] + 0.5 * frame["f1"] - frame["f2"] > 0).astype(int)
+    return frame, LogisticRegression(max_iter=500).fit(frame.to_numpy(), target)
+
+
+def create_plain_app() -> Any:
+    import numpy as np
+    from fastapi import FastAPI
+    from pydantic import BaseModel
+
+    _, model = make_model()
+    app = FastAPI()
+
+    class Records(BaseModel):
+        records: list[dict[str, float]]
+
+    @app.post("/predict")
+    async def predict(body: Records) -> dict[str, Any]:
+        x = np.array([[r[f] for f in FEATURES] for r in body.records])
+        return {"predictions": model.predict(x).tolist()}
+
+    return app
