@@ -30,6 +30,7 @@ from reprise.core.errors import UserError
 __all__ = ["PredictResult", "predict_file"]
 
 OUTPUT_FORMATS = (".parquet", ".csv")
+_BLOCK = 1 << 20
 
 
 @dataclass
@@ -107,7 +108,10 @@ class _Reader:
         if not path.is_file():
             raise UserError(f"no input file {source!r} (and not a dataset version NAME@N)")
         fmt = detect_format(path)
-        src = TabularSource(path, fmt)
+        # 1 MiB text blocks: Arrow's streaming CSV reader keeps many parsed blocks alive
+        # (measured: ~275 MB live at 8 MiB blocks, ~34 MB at 1 MiB, no slower), and
+        # prediction memory must follow the chunk size, not the reader's buffers
+        src = TabularSource(path, fmt, block_size=_BLOCK)
         self.label, self.path = str(path), path
         self.batches = lambda: src.batches(chunk_rows)
         self.total = _parquet_rows(path) if fmt == "parquet" else None
