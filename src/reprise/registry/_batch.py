@@ -200,7 +200,7 @@ def _predict_chunk(pkg: Any, rec: Any, table: Any, *, first_row: int,
     predicted = pkg.predict(checked.columns)
     extra = {n: table.column(n) for n in table.column_names if n not in names}
     out: dict[str, Any] = dict(extra)
-    out["prediction"] = pa.array(predicted["prediction"])
+    out["prediction"] = pa.array(np.asarray(predicted["prediction"]))
     if "probabilities" in predicted:
         proba = np.asarray(predicted["probabilities"], dtype=np.float64)
         for j, label in enumerate(pkg.signature.classes or range(proba.shape[1])):

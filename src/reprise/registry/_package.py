@@ -70,9 +70,9 @@ class ModelPackage:
 
         return predict_columns(self, columns)
 
-    def predict_records(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        """Validate ``records`` against the signature, then predict; a ``UserError``
-        lists every field problem."""
+    def predict_records(self, records: list[dict[str, Any]]) -> dict[str, list[Any]]:
+        """Validate ``records`` against the signature, then predict (outputs as lists);
+        a ``UserError`` lists every field problem."""
         from reprise.core.errors import UserError
 
         checked = self.signature.validate_records(records)
@@ -80,7 +80,8 @@ class ModelPackage:
             problems = "; ".join(f"{e.field}: expected {e.expected}, got {e.got}"
                                  for e in checked.errors)
             raise UserError(f"the input does not match the model's signature: {problems}")
-        return self.predict(checked.columns)
+        return {k: v.tolist() if hasattr(v, "tolist") else list(v)
+                for k, v in self.predict(checked.columns).items()}
 
     # -- files ------------------------------------------------------------------------
 

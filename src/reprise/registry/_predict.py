@@ -4,7 +4,9 @@ The input becomes what the model was fitted on (``input_format``): a DataFrame
 with the signature's column names (estimators fitted on DataFrames check them),
 a 2-D float array in signature order, or one stacked tensor. Classifiers answer
 ``prediction`` (the class label) and ``probabilities`` (one per class, in the
-signature's class order); regressors answer ``prediction``.
+signature's class order); regressors answer ``prediction``. Outputs are numpy
+arrays: converting a million rows to Python lists would cost more than predicting
+them (callers that write JSON convert the rows they send).
 """
 
 from __future__ import annotations
@@ -42,10 +44,10 @@ def _sklearn(pkg: Any, x: Any) -> dict[str, Any]:
     model = pkg.model
     task = pkg.signature.task
     if task == "regression" or not hasattr(model, "predict_proba"):
-        return {"prediction": np.asarray(model.predict(x)).tolist()}
+        return {"prediction": np.asarray(model.predict(x))}
     proba = np.asarray(model.predict_proba(x), dtype=np.float64)
     labels = np.asarray(model.classes_)[proba.argmax(axis=1)]
-    return {"prediction": labels.tolist(), "probabilities": proba.tolist()}
+    return {"prediction": labels, "probabilities": proba}
 
 
 def _torch(pkg: Any, x: Any) -> dict[str, Any]:
@@ -55,8 +57,7 @@ def _torch(pkg: Any, x: Any) -> dict[str, Any]:
     with torch.no_grad():
         out = pkg.model(torch.as_tensor(np.asarray(x), dtype=torch.float32))
     if pkg.signature.task == "regression":
-        return {"prediction": out.reshape(out.shape[0], -1)[:, 0].double().tolist()}
+        return {"prediction": out.reshape(out.shape[0], -1)[:, 0].double().numpy()}
     proba = torch.softmax(out.double(), dim=1).numpy()
     classes = np.asarray(pkg.signature.classes)
-    return {"prediction": classes[proba.argmax(axis=1)].tolist(),
-            "probabilities": proba.tolist()}
+    return {"prediction": classes[proba.argmax(axis=1)], "probabilities": proba}

@@ -17,7 +17,7 @@ class Servable(Protocol):
 
     ``predict`` takes validated input columns (``{name: numpy array}``, each of
     the same length ``n``, as :meth:`Signature.validate_columns` returns them)
-    and returns output columns (``{name: list or array of length n}``), row i of
+    and returns output columns (``{name: numpy array or list of length n}``), row i of
     the outputs answering row i of the inputs. It must be safe to call from one
     worker thread at a time; the server never calls it concurrently for one
     model version. It raises on a bug in the model (the server answers 500).
