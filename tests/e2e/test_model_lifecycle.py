@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ import httpx
 import pytest
 
 from tests.pipeline.test_pipelines import cli
-from tests.registry.test_cli import FLOW, js, points
+from tests.registry.test_cli import js, make_project
 
 
 def _free_port() -> int:
@@ -31,13 +30,7 @@ def _free_port() -> int:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "proj"
-    root.mkdir()
-    (root / "flow.py").write_text(textwrap.dedent(FLOW))
-    points().to_csv(root / "points.csv", index=False)
-    cli(root, "init", ".")
-    cli(root, "data", "add", "points", "points.csv")
-    return root
+    return make_project(tmp_path)
 
 
 def _wait(predicate: Any, timeout: float, what: str) -> None:

@@ -81,8 +81,8 @@ def js(project: Path, *args: str) -> Any:
     return json.loads(cli(project, *args, "--json").stdout)
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
+def make_project(tmp_path: Path) -> Path:
+    """A workspace with the pipeline above and the dataset ``points@1``."""
     root = tmp_path / "proj"
     root.mkdir()
     (root / "flow.py").write_text(textwrap.dedent(FLOW))
@@ -90,6 +90,11 @@ def project(tmp_path: Path) -> Path:
     cli(root, "init", ".")
     cli(root, "data", "add", "points", "points.csv")
     return root
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return make_project(tmp_path)
 
 
 def test_train_register_promote_trace_predict_rollback(project: Path) -> None:
