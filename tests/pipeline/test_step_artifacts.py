@@ -86,3 +86,16 @@ def test_log_artifact_without_a_name_is_refused() -> None:
 
     with pytest.raises(InvalidNameError, match="needs a name"):
         StepContext("s").log_artifact({"a": 1})
+
+
+def test_seeded_code_leaves_no_torch_import_hook_behind() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from reprise.pipeline._execute import _SeedTorchOnImport, seeded\n"
+            "with seeded(3):\n"
+            "    assert 'torch' not in sys.modules and _SeedTorchOnImport._armed is not None\n"
+            "assert _SeedTorchOnImport._armed is None\n"
+            "assert not any(isinstance(f, _SeedTorchOnImport) for f in sys.meta_path)\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

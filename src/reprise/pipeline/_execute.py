@@ -10,6 +10,7 @@ only needs the artifact store's URL.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.abc
 import importlib.util
@@ -18,6 +19,7 @@ import random
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,6 +137,18 @@ def seed_generators(seed: int) -> None:
         _SeedTorchOnImport.arm(seed)
 
 
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Seed every generator for the code run inside (see :func:`seed_generators`); on the
+    way out, a torch import hook that did not fire is removed, so it cannot seed torch
+    later with this seed."""
+    seed_generators(seed)
+    try:
+        yield
+    finally:
+        _SeedTorchOnImport.disarm()
+
+
 class _SeedTorchOnImport(importlib.abc.MetaPathFinder):
     """A one-shot import hook: seeds torch right after a step first imports it."""
 
@@ -233,13 +247,12 @@ def execute_task(task: Task, store: Any = None) -> TaskResult:
                 kwargs[name] = _rebuild_external(payload)
             else:  # pragma: no cover - tasks are built by the runner
                 raise ValueError(f"unknown input kind {kind!r}")
-        seed_generators(task.seed)
         _active.push(ctx)  # type: ignore[arg-type]
         try:
-            value = func(**kwargs)
+            with seeded(task.seed):
+                value = func(**kwargs)
         finally:
             _active.remove(ctx)  # type: ignore[arg-type]
-            _SeedTorchOnImport.disarm()
         from reprise.pipeline._step import lookup_step, split_outputs
 
         try:

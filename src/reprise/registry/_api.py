@@ -55,10 +55,10 @@ def register_model(name: str, run: str, *, step: str | None = None,
 
     ws = _ws(workspace)
     rec = ws.metadata.get_run(run)
-    arts = {o["hash"]: ws.metadata.get_artifact(o["hash"])
-            for st in ws.metadata.get_step_runs(rec.id) for o in st["outputs"]}
-    found = [(st["step_name"], o) for st in ws.metadata.get_step_runs(rec.id)
-             for o in st["outputs"] if arts[o["hash"]].materializer == MATERIALIZER]
+    steps = ws.metadata.get_step_runs(rec.id)
+    arts = {o["hash"]: ws.metadata.get_artifact(o["hash"]) for st in steps for o in st["outputs"]}
+    found = [(st["step_name"], o) for st in steps for o in st["outputs"]
+             if arts[o["hash"]].materializer == MATERIALIZER]
     if step is not None:
         found = [f for f in found if f[0] == step]
     if not found:

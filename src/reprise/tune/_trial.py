@@ -12,7 +12,6 @@ The tuner, not the trial, tells Optuna the result.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 import os
 import time
@@ -161,6 +160,7 @@ def run_trial(task: TrialTask, objective: Objective, study: Any = None) -> Trial
     import optuna
 
     from reprise.core._report import reporting_to
+    from reprise.pipeline._execute import seeded
     from reprise.tracking._api import open_workspace, start_run
     from reprise.tune._reporter import TrialReporter, make_pruner, trial_env
     from reprise.tune._storage import open_storage
@@ -184,7 +184,7 @@ def run_trial(task: TrialTask, objective: Objective, study: Any = None) -> Trial
                                  pruner=make_pruner(task.pruner, warmup=task.warmup)
                                  if task.frozen_before is not None else None)
         trial = reporter.trial if not task.params else None
-        with reporting_to(reporter), _environ("REPRISE_TRIAL", env), _seeded(task.seed):
+        with reporting_to(reporter), _environ("REPRISE_TRIAL", env), seeded(task.seed):
             value = objective(task.params, trial)
         if math.isnan(value):
             out.error = "the objective returned NaN"
@@ -223,21 +223,3 @@ def _environ(name: str, value: str) -> Iterator[None]:
             os.environ.pop(name, None)
         else:
             os.environ[name] = old
-
-
-@contextlib.contextmanager
-def _seeded(seed: int) -> Iterator[None]:
-    """Seed Python, numpy and (when loaded) torch from the trial's seed."""
-    from reprise.pipeline._execute import seed_generators
-
-    seed_generators(seed)
-    yield
-
-
-def takes_trial(fn: Callable[..., Any]) -> bool:
-    """Whether ``fn``'s one parameter is annotated as an Optuna trial (define-by-run)."""
-    try:
-        params = list(inspect.signature(fn).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    return len(params) == 1 and "Trial" in str(params[0].annotation)
