@@ -31,7 +31,7 @@ def test_health_and_server_metadata() -> None:
                                ("GET", "/v2/health/ready", None), ("GET", "/v2", None))
     assert live.status_code == 200 and live.json() == {"live": True}
     assert ready.status_code == 200 and ready.json() == {"ready": True}
-    assert meta.json()["name"] == "reprise" and meta.json()["extensions"] == []
+    assert meta.json()["name"] == "reprise" and meta.json()["extensions"] == ["binary_tensor_data"]
     assert isinstance(meta.json()["version"], str)
 
 
