@@ -81,7 +81,8 @@ def _error_bodies(app: FastAPI) -> None:
         if exc.status_code == 404:
             message = f"no endpoint {where}; the endpoints are listed at /docs"
         elif exc.status_code == 405:
-            allowed = (exc.headers or {}).get("allow", "another method")
+            allowed = {k.lower(): v for k, v in (exc.headers or {}).items()}.get(
+                "allow", "another method")
             message = f"method not allowed: {where}; use {allowed}"
         else:
             message = str(exc.detail)
