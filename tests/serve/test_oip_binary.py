@@ -167,6 +167,8 @@ BAD = {
     "unclaimed bytes": (_case(X, Y, P, trailer=b"??"), "belong to no input"),
     "huge shape": (_case(tensor("x", "FP32", F32, shape=[10**15]), Y, P),
                    "needs 4000000000000000 bytes"),
+    "giant shape": (_case(tensor("x", "FP32", F32, shape=[10**10] * 3000), Y, P),
+                    "more bytes than a request can hold"),
     "huge BYTES shape": (_case(X, Y, tensor("plan", "BYTES", PLAN, shape=[10**15])),
                          "need at least"),
     "BYTES length overflows": (_case(X, Y, tensor("plan", "BYTES", strings(b"gold")

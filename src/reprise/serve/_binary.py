@@ -16,7 +16,6 @@ never makes the server allocate. Compressed bodies (``Content-Encoding: gzip`` o
 
 from __future__ import annotations
 
-import math
 import struct
 import zlib
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from reprise.serve._http import HTTPError, Scope, dumps, header, parse_json
-from reprise.serve._oip import DATATYPES
+from reprise.serve._oip import DATATYPES, elements
 
 __all__ = ["BINARY_EXTENSION", "Wants", "binary_outputs", "encode_answer", "read_infer"]
 
@@ -152,13 +151,15 @@ def _decode(tensor: dict[str, Any], raw: memoryview | bytes) -> list[Any]:
                    "first one the number of rows")
     if datatype not in DATATYPES:
         raise _bad(f"input {name!r}: \"datatype\" must be one of {sorted(DATATYPES)}")
-    count = math.prod(shape)
+    count = elements(shape)
     if datatype == "BYTES":
         return _strings(name, raw, count)
     dtype = np.dtype(_NUMPY[datatype])
-    if count * dtype.itemsize != len(raw):
-        raise _bad(f"input {name!r}: shape {shape} of {datatype} needs "
-                   f"{count * dtype.itemsize} bytes; \"binary_data_size\" is {len(raw)}")
+    need = count * dtype.itemsize
+    if need != len(raw):
+        what = f"{need} bytes" if count <= 2**63 else "more bytes than a request can hold"
+        raise _bad(f"input {name!r}: shape {shape} of {datatype} needs {what}; "
+                   f"\"binary_data_size\" is {len(raw)}")
     if datatype == "BOOL" and bytes(raw).translate(None, b"\x00\x01"):
         raise _bad(f"input {name!r}: BOOL elements must be bytes 0 or 1")
     values: list[Any] = np.frombuffer(raw, dtype=dtype).tolist()
