@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from reprise.serve._http import HTTPError, Scope, dumps, header, parse_json
+from reprise.serve._http import HTTPError, Scope, dumps, parse_json
 from reprise.serve._oip import DATATYPES, elements
 
 __all__ = ["BINARY_EXTENSION", "Wants", "binary_outputs", "encode_answer", "read_infer"]
@@ -43,8 +43,15 @@ def _bad(message: str) -> HTTPError:
 
 def read_infer(scope: Scope, body: bytes, limit: int) -> Any:
     """The JSON inference request, binary tensors decoded into flat ``"data"`` lists."""
-    body = _inflate(scope, body, limit)
-    size = _header_length(scope, len(body))
+    encoding = length = None
+    for key, value in scope["headers"]:  # one pass: this runs on every JSON request too
+        if key == b"content-encoding":
+            encoding = value
+        elif key == b"inference-header-content-length":
+            length = value
+    if encoding is not None:
+        body = _inflate(encoding, body, limit)
+    size = None if length is None else _header_length(length, len(body))
     if size is None:
         payload = parse_json(body)
         _attach(payload, b"", binary=False)
@@ -54,8 +61,8 @@ def read_infer(scope: Scope, body: bytes, limit: int) -> Any:
     return payload
 
 
-def _inflate(scope: Scope, body: bytes, limit: int) -> bytes:
-    encoding = (header(scope, b"content-encoding") or b"identity").strip().lower()
+def _inflate(encoding: bytes, body: bytes, limit: int) -> bytes:
+    encoding = encoding.strip().lower()
     if encoding == b"identity":
         return body
     if encoding not in (b"gzip", b"deflate"):
@@ -80,10 +87,7 @@ def _inflate(scope: Scope, body: bytes, limit: int) -> bytes:
     return out
 
 
-def _header_length(scope: Scope, body_size: int) -> int | None:
-    raw = header(scope, b"inference-header-content-length")
-    if raw is None:
-        return None
+def _header_length(raw: bytes, body_size: int) -> int:
     text = raw.strip()
     if not text.isdigit() or len(text) > 19:
         raise _bad("Inference-Header-Content-Length must be a non-negative whole number: "
