@@ -7,9 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from reprise.core import require
 from reprise.registry import ModelSource
-from reprise.serve._binary import BINARY_EXTENSION
 from reprise.serve._http import HTTPError, dumps
-from reprise.serve._oip import model_metadata
+from reprise.serve._oip import EXTENSIONS, model_metadata
 from reprise.serve._server import ServerState
 from reprise.serve._settings import Settings
 
@@ -124,7 +123,7 @@ def _oip_routes(app: FastAPI, state: ServerState) -> None:
         from reprise import __version__
 
         return _json({"name": "reprise", "version": __version__,
-                      "extensions": [BINARY_EXTENSION]})
+                      "extensions": list(EXTENSIONS)})
 
     @app.get("/v2/health/live", tags=tags, summary="Server live")
     async def live() -> Any:

@@ -25,9 +25,8 @@ import numpy as np
 from reprise.serve._http import HTTPError, Scope, dumps, parse_json
 from reprise.serve._oip import DATATYPES, elements
 
-__all__ = ["BINARY_EXTENSION", "Wants", "binary_outputs", "encode_answer", "read_infer"]
+__all__ = ["Wants", "binary_outputs", "encode_answer", "read_infer"]
 
-BINARY_EXTENSION = "binary_tensor_data"
 _NUMPY = {"BOOL": "?", "UINT8": "u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8",
           "INT8": "i1", "INT16": "<i2", "INT32": "<i4", "INT64": "<i8", "FP16": "<f2",
           "FP32": "<f4", "FP64": "<f8"}

@@ -17,8 +17,10 @@ from reprise.serve._batcher import Result
 from reprise.serve._http import HTTPError
 from reprise.serve._models import ServedModel
 
-__all__ = ["DATATYPES", "check_infer", "elements", "infer_answer", "model_metadata"]
+__all__ = ["DATATYPES", "EXTENSIONS", "check_infer", "elements", "infer_answer", "model_metadata"]
 
+# advertised in the server metadata; binary_tensor_data is Triton's name (``_binary.py``)
+EXTENSIONS = ("binary_tensor_data",)
 DATATYPES = frozenset({"BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
                        "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES"})
 _INTS = frozenset({"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"})
