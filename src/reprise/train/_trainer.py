@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from reprise.core.errors import UserError
+from reprise.train._advice import input_bound_advice
 
 __all__ = ["Callback", "EarlyStopping", "Preempted", "TrainResult", "Trainer"]
 
 log = logging.getLogger("reprise.train")
 
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
-INPUT_BOUND_FRACTION = 0.10
 DEFAULT_CHECKPOINT_EVERY = 1000
 
 
@@ -1159,8 +1159,7 @@ class Trainer:
             out.update({"checkpoints": self.checkpoints.count,
                         "checkpoint_seconds": self.checkpoints.seconds,
                         "checkpoint_fraction": self.checkpoints.seconds / wall if wall else 0.0})
-        out["input_bound"] = bool(self.profile and out.get("data_wait_fraction", 0)
-                                  > INPUT_BOUND_FRACTION)
+        out["input_bound"] = input_bound_advice(out) is not None
         return out
 
     def _report(self, summary: dict[str, Any]) -> None:
@@ -1180,7 +1179,6 @@ class Trainer:
             parts.append(f"checkpoints {summary['checkpoints']} "
                          f"({100 * summary['checkpoint_fraction']:.1f}% of the time)")
         self._say("trained: " + ", ".join(parts))
-        if summary["input_bound"]:
-            self._say(f"input-bound: {100 * summary['data_wait_fraction']:.0f}% of step time "
-                      "was spent waiting for data; raise num_workers / prefetch, or cache the "
-                      "data in memory", logging.WARNING)
+        advice = input_bound_advice(summary)
+        if advice is not None:
+            self._say(advice, logging.WARNING)

@@ -220,8 +220,6 @@ def _settings(ws: Any, name: str, space: SearchSpace | None, obj: Objective,
         raise UserError("give n_trials (--trials) or timeout (--timeout), or both")
     if isinstance(obj, PipelineObjective):
         obj.check(list(space.spec) if space else [])
-    if kw["workers"] > 1 and isinstance(obj, FunctionObjective):
-        obj.check_picklable()
     study = kw["study"] or name
     return _Settings(study=study, storage=storage_url(ws), direction=kw["direction"],
                      sampler=kw["sampler"], pruner=kw["pruner"], warmup=kw["warmup"],
@@ -267,6 +265,7 @@ class _Tuner:
     def __init__(self, ws: Any, objective: Objective, space: SearchSpace | None,
                  s: _Settings) -> None:
         self.ws, self.objective, self.space, self.s = ws, objective, space, s
+        self.payload = _pack(objective) if s.workers > 1 else b""  # refused before the study
         self.dists = space.distributions() if space is not None else None
         self.outcomes: list[TrialOutcome] = []
         self.in_flight: dict[int, TrialTask] = {}
@@ -315,7 +314,7 @@ class _Tuner:
                               tags={"reprise.study": self.s.study})
         self.t0 = time.monotonic()
         beat = _Heartbeat(self.storage, self.s.heartbeat)
-        runner = _runner(self.s.workers, self.objective, self.study)
+        runner = _runner(self.s.workers, self.objective, self.payload, self.study)
         try:
             with beat:
                 self.beat = beat
@@ -669,10 +668,16 @@ class _Inline:
         return None
 
 
-def _runner(workers: int, objective: Objective, study: Any) -> Any:
+def _pack(objective: Objective) -> bytes:
+    from reprise.tune._workers import pack_objective
+
+    return pack_objective(objective)
+
+
+def _runner(workers: int, objective: Objective, payload: bytes, study: Any) -> Any:
     if workers == 1:
         return _Inline(objective, study)
     from reprise.tune._workers import WorkerPool
 
-    return WorkerPool(workers, objective)
+    return WorkerPool(workers, payload)
 
