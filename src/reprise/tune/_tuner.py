@@ -269,6 +269,10 @@ class _Tuner:
         self.dists = space.distributions() if space is not None else None
         self.outcomes: list[TrialOutcome] = []
         self.in_flight: dict[int, TrialTask] = {}
+        # trials this tuner has taken on (asked, or adopted from a dead tuner) and not yet
+        # told: RUNNING in the study while queued, in flight, or finished and waiting for
+        # their batch to be told in order, but never stale
+        self.mine: set[int] = set()
         self.failure: TrialOutcome | None = None
         self.me = {"host": socket.gethostname(), "pid": os.getpid()}
         self._last_sweep = 0.0
@@ -382,8 +386,7 @@ class _Tuner:
         """Running trials of this study that no worker of this tuner runs."""
         from optuna.trial import TrialState
 
-        return any(t._trial_id not in self.in_flight and
-                   not any(a.trial_id == t._trial_id for a in self._adopted)
+        return any(t._trial_id not in self.mine
                    for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
 
     def _may_ask(self) -> bool:
@@ -431,6 +434,7 @@ class _Tuner:
         return tasks
 
     def _task(self, number: int, trial_id: int, params: dict[str, Any]) -> TrialTask:
+        self.mine.add(trial_id)
         return TrialTask(number=number, trial_id=trial_id, params=params, study=self.s.study,
                          storage=self.s.storage, workspace=str(self.ws.root),
                          parent_run=self.run_.id, seed=_mix(self.s.seed, number),
@@ -474,6 +478,7 @@ class _Tuner:
         from optuna.trial import TrialState
 
         self.outcomes.append(out)
+        self.mine.discard(out.trial_id)
         if len(self.outcomes) - self._ingested >= 50:
             self._ingest_trials()
         state = {"complete": TrialState.COMPLETE, "pruned": TrialState.PRUNED,
@@ -502,7 +507,7 @@ class _Tuner:
         self._last_sweep = now
         grace = 3 * self.s.heartbeat
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if t._trial_id in self.in_flight:
+            if t._trial_id in self.mine:
                 continue
             owner = t.system_attrs.get(_OWNER) or {}
             beat = owner.get("beat") or (t.datetime_start.timestamp()
@@ -634,14 +639,16 @@ class _Heartbeat:
             self.ids.pop(trial_id, None)
 
     def _beat(self) -> None:
+        # Beats are written under the lock: once discard() returns, no beat of that trial
+        # can follow the trial's tell in the journal (Optuna refuses a journal in which this
+        # process wrote to a finished trial, at every later sync).
         while not self._stop.wait(self.interval):
             with self._lock:
-                ids = list(self.ids.items())
-            for tid, run_id in ids:
-                try:
-                    self._write(tid, run_id)
-                except Exception:  # noqa: BLE001 - finished meanwhile; the next beat skips it
-                    self.discard(tid)
+                for tid, run_id in list(self.ids.items()):
+                    try:
+                        self._write(tid, run_id)
+                    except Exception:  # noqa: BLE001 - finished elsewhere; beat it no more
+                        self.ids.pop(tid, None)
 
 
 class _Inline:
