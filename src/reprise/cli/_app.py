@@ -79,18 +79,28 @@ def runs_list(
     asc: Annotated[bool, typer.Option("--asc", help="Ascending order.")] = False,
     limit: Annotated[int, typer.Option(help="At most this many runs (0: all).")] = 50,
     all_runs: Annotated[bool, typer.Option("--all", help="Include nested runs.")] = False,
+    columns: Annotated[str | None, typer.Option(
+        help="Columns to show, comma-separated: id, name, status, age, started, duration, "
+             "metric:KEY, param:KEY, tag:KEY (default: what fits the terminal).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List runs, newest first."""
+    """List runs, newest first. The id shown is the shortest prefix that names the run
+    alone (8 characters or more): every command taking a RUN accepts it."""
     from reprise.tracking import list_runs
+    from reprise.tracking._query import short_run_ids
 
-    rows = list_runs(_ws(), name=name, status=status, tags=render.parse_pairs(tag or [], "--tag"),
+    if columns is not None:
+        from reprise.cli._runs_table import parse_columns
+
+        parse_columns(columns)  # a typo fails before the query
+    ws = _ws()
+    rows = list_runs(ws, name=name, status=status, tags=render.parse_pairs(tag or [], "--tag"),
                      sort_metric=sort, ascending=asc, limit=limit or None,
                      include_children=all_runs)
     if as_json:
         render.print_json(rows)
     else:
-        render.runs_table(rows, sort)
+        render.runs_table(rows, short_run_ids(ws, [r["id"] for r in rows]), sort, columns)
 
 
 @runs_app.command("show")

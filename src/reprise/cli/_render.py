@@ -76,33 +76,15 @@ def _fmt(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _short_ids(ids: list[str]) -> dict[str, str]:
-    from reprise.core._ids import shortest_unique_prefixes
-
-    return shortest_unique_prefixes(ids)
-
-
-def runs_table(rows: list[dict[str, Any]], sort_metric: str | None) -> None:
-    from rich.table import Table
-
+def runs_table(rows: list[dict[str, Any]], short: dict[str, str], sort_metric: str | None,
+               columns: str | None = None) -> None:
+    """Runs as a table that fits the terminal (see ``reprise.cli._runs_table``)."""
     if not rows:
         _console().print("No runs yet. Start one with reprise.start_run() or `reprise run`.")
         return
-    metric_keys = sorted({k for r in rows for k in r["metrics"] if not k.startswith("system/")})
-    if sort_metric and sort_metric in metric_keys:
-        metric_keys.remove(sort_metric)
-        metric_keys.insert(0, sort_metric)
-    metric_keys = metric_keys[:6]
-    short = _short_ids([r["id"] for r in rows])
-    table = Table(box=None, header_style="bold")
-    for col in ("id", "name", "status", "started", "duration", *metric_keys):
-        table.add_column(col, justify="right" if col in metric_keys else "left")
-    for r in rows:
-        style = _STATUS_STYLE.get(r["status"], "")
-        table.add_row(short[r["id"]], r["name"], f"[{style}]{r['status']}[/]",
-                      _time(r["started_at"]), _dur(r["duration"]),
-                      *(_fmt(r["metrics"].get(k)) for k in metric_keys))
-    _console().print(table)
+    from reprise.cli._runs_table import print_runs
+
+    print_runs(rows, short, sort_metric=sort_metric, columns=columns)
 
 
 def run_detail(info: dict[str, Any]) -> None:
