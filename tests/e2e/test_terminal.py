@@ -211,3 +211,53 @@ def test_checkout_report_and_register_accept_the_listed_prefix(
     for args in (["report", prefix], ["models", "register", "m", "--run", prefix]):
         res = cli(workspace, *args)
         assert res.returncode == 2 and run in res.stderr, res.stderr
+
+
+@pytest.fixture(scope="module")
+def dag_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    from tests.pipeline.test_lineage_dag import FLOW as DAG_FLOW
+
+    root = tmp_path_factory.mktemp("lineage")
+    assert cli(root, "init").returncode == 0
+    (root / "dagflow.py").write_text(textwrap.dedent(DAG_FLOW))
+    (root / "data.txt").write_text("1 2 3 4 5 6 7 9")
+    res = cli(root, "run", "dagflow.py:dag", "--workers", "1", "--json")
+    assert res.returncode == 0, res.stderr
+    return root, json.loads(res.stdout)["run_id"]
+
+
+def test_lineage_prints_each_step_and_artifact_once(dag_run: tuple[Path, str]) -> None:
+    root, run = dag_run
+    lines = screen(root, "lineage", run)
+    text = "\n".join(lines)
+    assert len(lines) <= 24 and max(map(len, lines)) <= 80, text
+    assert "see above" not in text
+    tree = json.loads(cli(root, "lineage", run, "--json").stdout)
+    hashes: set[str] = set()
+
+    def walk(node: dict[str, object]) -> None:
+        hashes.add(str(node["hash"]))
+        prod = node.get("produced_by")
+        for child in prod.get("inputs", ()) if isinstance(prod, dict) else ():
+            walk(child)
+
+    for node in tree["nodes"]:
+        walk(node)
+    assert len(hashes) >= 8
+    for h in hashes:  # every artifact once: as the output of its step, or the raw file
+        assert text.count(h[:12]) == 1, (h, text)
+    order = [line.split()[1] for line in lines[2:] if line.split() and line.split()[0].isdigit()]
+    assert order == ["load", "split", "featurize", "fit_a", "fit_b", "score", "score_2"]
+    assert "fit_b" in text and "shift <- featurize[2]" in text
+
+
+def test_lineage_keeps_the_tree_and_the_graph_formats(dag_run: tuple[Path, str]) -> None:
+    root, run = dag_run
+    tree = cli(root, "lineage", run, "--tree")
+    assert tree.returncode == 0 and "see above" in tree.stdout and "step featurize" in tree.stdout
+    as_json = cli(root, "lineage", run, "--format", "json")
+    assert json.loads(as_json.stdout) == json.loads(cli(root, "lineage", run, "--json").stdout)
+    assert cli(root, "lineage", run, "--format", "mermaid").stdout.startswith("graph BT")
+    assert cli(root, "lineage", run, "--format", "dot").stdout.startswith("digraph")
+    bad = cli(root, "lineage", run, "--format", "png")
+    assert bad.returncode == 2 and "steps, tree, mermaid, dot, json" in bad.stderr

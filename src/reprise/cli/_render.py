@@ -261,14 +261,9 @@ def verify_report(report: Any) -> None:
 def lineage_tree(tree: dict[str, Any]) -> None:
     from rich.tree import Tree
 
-    if tree["kind"] == "model":
-        summary = tree.get("summary") or {}
-        title = (f"model {tree['ref']} = {tree['model']}  (run {tree.get('run') or '-'}; data "
-                 f"{', '.join(summary.get('datasets') or []) or '-'}; code snapshot "
-                 f"{(summary.get('code_snapshot') or '-')[:16]})")
-    else:
-        title = (f"run {tree['root']}  ({tree.get('pipeline') or ''})"
-                 if tree["kind"] == "run" else f"artifact {tree['root']}")
+    from reprise.cli._lineage_view import lineage_title
+
+    title = lineage_title(tree)
     root = Tree(title)
 
     def add(parent: Any, node: dict[str, Any]) -> None:
