@@ -26,8 +26,9 @@ def lineage_title(tree: dict[str, Any]) -> str:
 
 def _input(i: dict[str, Any], outputs_of: dict[str, int]) -> str:
     name = i.get("name") or "?"
-    if "source" in i:
-        return f"{name} <- file {i['source']} {i['hash'][:_HASH]}"
+    if "source" in i:  # a raw file, or a dataset version ("users@2")
+        kind = "dataset" if "@" in str(i["source"]) else "file"
+        return f"{name} <- {kind} {i['source']} {i['hash'][:_HASH]}"
     if i.get("from_step") is None:
         return f"{name} <- {i['hash'][:_HASH]} (no recorded producer)"
     several = outputs_of.get(i["from_step_run"], 1) > 1 and i.get("from_output") is not None
