@@ -69,6 +69,9 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert cli(root, "run", "flow.py:demo", "--workers", "1", "--progress", "none"
                ).returncode == 0
     subprocess.run([sys.executable, "-c", RUNS], cwd=root, check=True, timeout=120)
+    (root / "users.csv").write_text("id,age,income_in_thousands_of_euros\n1,30,5\n2,40,6\n")
+    for name in ("users", "customers-of-the-northern-region"):
+        assert cli(root, "data", "add", name, "users.csv").returncode == 0
     return root
 
 
@@ -159,6 +162,13 @@ def test_runs_list_columns_picks_what_to_show(workspace: Path) -> None:
 def test_runs_list_sort_metric_comes_first(workspace: Path) -> None:
     lines = screen(workspace, "runs", "list", "--sort", "recall")
     assert lines[0].split()[5] == "recall" and max(map(len, lines)) <= 80
+
+
+def test_data_list_keeps_names_whole(workspace: Path) -> None:
+    lines = screen(workspace, "data", "list")
+    assert [line.split()[0] for line in lines[1:]] == ["customers-of-the-northern-region",
+                                                      "users"], "\n".join(lines)
+    assert all(" ago" in line for line in lines[1:])  # one line each: nothing wrapped
 
 
 def test_runs_list_bad_column_is_a_user_error(workspace: Path) -> None:

@@ -291,14 +291,32 @@ def timestamp(ts: float | None) -> str:
     return _time(ts)
 
 
-def table(columns: list[str], rows: list[list[Any]], title: str | None = None) -> None:
-    from rich.table import Table
+def ago(ts: float | None) -> str:
+    """``"3m ago"``: how long ago ``ts`` was (a date beyond two months)."""
+    import time
 
+    from reprise.cli._runs_table import age
+
+    return age(ts, time.time())
+
+
+def table(columns: list[str], rows: list[list[Any]], title: str | None = None,
+          keep: tuple[str, ...] = ()) -> None:
+    """A plain table; the columns named in ``keep`` (what a user copies: names, ids)
+    are never cut or wrapped when the terminal is narrow, the others give way."""
+    from rich.table import Table
+    from rich.text import Text
+
+    cells = [[_fmt(v) for v in row] for row in rows]
     t = Table(box=None, header_style="bold", title=title, title_justify="left")
-    for col in columns:
-        t.add_column(col)
-    for row in rows:
-        t.add_row(*(_fmt(v) for v in row))
+    for i, col in enumerate(columns):
+        if col in keep:
+            t.add_column(col, no_wrap=True, min_width=max(
+                [len(col), *(len(str(r[i])) for r in cells)]))
+        else:
+            t.add_column(col)
+    for row in cells:
+        t.add_row(*(Text(str(v)) for v in row))
     _console().print(t)
 
 
