@@ -150,8 +150,9 @@ def fit_columns(rows: list[dict[str, Any]], short: dict[str, str], width: int, *
     """The columns to show in ``width`` characters, and how many metrics did not fit.
 
     With ``picked`` (from :func:`parse_columns`) exactly those, else the id, name,
-    status, age and duration, then metrics while they fit. The name is shortened
-    (to no less than 8 characters) before anything else is dropped; the id never is.
+    status, age and duration, then metrics while they fit. A name longer than 24
+    characters gives way to metrics (it ends in an ellipsis, at 8 characters or
+    more, when printed); the id is never cut.
     """
     now = time.time() if now is None else now
     if picked is not None:
