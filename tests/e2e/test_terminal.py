@@ -257,7 +257,9 @@ def test_lineage_prints_each_step_and_artifact_once(dag_run: tuple[Path, str]) -
     for h in hashes:  # every artifact once: as the output of its step, or the raw file
         assert text.count(h[:12]) == 1, (h, text)
     order = [line.split()[1] for line in lines[2:] if line.split() and line.split()[0].isdigit()]
-    assert order == ["load", "split", "featurize", "fit_a", "fit_b", "score", "score_2"]
+    # producers first; independent branches in the order they ran (which may vary)
+    assert order[:3] == ["load", "split", "featurize"]
+    assert sorted(order[3:]) == ["fit_a", "fit_b", "score", "score_2"]
     assert "fit_b" in text and "shift <- featurize[2]" in text
 
 

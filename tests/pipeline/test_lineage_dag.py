@@ -79,7 +79,8 @@ def test_each_step_once_producers_first(run_tree: Any) -> None:
     ws, tree = run_tree
     steps = lineage_steps(ws, tree)
     names = [s["step"] for s in steps]
-    assert names == ["load", "split", "featurize", "fit_a", "fit_b", "score", "score_2"]
+    assert names[:3] == ["load", "split", "featurize"]  # then the branches, as they ran
+    assert sorted(names[3:]) == ["fit_a", "fit_b", "score", "score_2"]
     assert len({s["step_run"] for s in steps}) == len(steps)
     seen: set[str] = set()
     for st in steps:
