@@ -56,11 +56,11 @@ def list_(as_json: JsonOpt = False) -> None:
     if not rows:
         typer.echo("No datasets yet. Add one with `reprise data add NAME PATH`.")
         return
-    render.table(["name", "latest", "versions", "format", "rows", "size", "created"],
+    render.table(["name", "latest", "versions", "format", "rows", "size", "added"],
                  [[r["name"], f"@{r['latest']}", r["versions"], r["format"],
                    "-" if r["rows"] is None else r["rows"],
                    "-" if r["size"] is None else render.human_bytes(r["size"]),
-                   render.timestamp(r["created_at"])] for r in rows])
+                   render.ago(r["created_at"])] for r in rows], keep=("name", "latest"))
 
 
 @data_app.command("show")

@@ -63,7 +63,7 @@ def list_(as_json: JsonOpt = False) -> None:
     render.table(["model", "versions", "latest", "aliases", "updated"],
                  [[r["name"], r["versions"], r["latest"],
                    ", ".join(f"{a}→{v}" for a, v in r["aliases"].items()) or "-",
-                   render.timestamp(r["updated"])] for r in rows])
+                   render.ago(r["updated"])] for r in rows], keep=("model",))
 
 
 @models_app.command("show")
@@ -82,11 +82,15 @@ def show(ref: Annotated[str, typer.Argument(help="NAME, NAME@ALIAS or NAME:VERSI
         render.print_json(info)
         return
     if "versions" in info:
+        from reprise.tracking._query import short_run_ids
+
         typer.echo(f"model {info['name']}; aliases: {info['aliases'] or 'none'}")
+        short = short_run_ids(ws, [v["run_id"] for v in info["versions"] if v["run_id"]])
         render.table(["version", "status", "aliases", "gates", "task", "run", "created"],
                      [[v["version"], v["status"], ", ".join(v["aliases"]) or "-",
-                       _gates(v["gates_passed"]), v["task"] or "-", (v["run_id"] or "-")[:10],
-                       render.timestamp(v["created"])] for v in info["versions"]])
+                       _gates(v["gates_passed"]), v["task"] or "-",
+                       short.get(v["run_id"], "-"), render.ago(v["created"])]
+                      for v in info["versions"]], keep=("version", "run"))
         return
     _show_version(info)
 
