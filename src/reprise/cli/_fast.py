@@ -140,7 +140,18 @@ def _fast_run(argv: list[str]) -> int:
 
 
 def _fast_data_add(argv: list[str]) -> int:
-    return data_add_command(**vars(_data_add_parser().parse_args(argv)))
+    return data_add_command(**vars(_data_add_parser().parse_args(_glued(argv, "--na-values"))))
+
+
+def _glued(argv: list[str], option: str) -> list[str]:
+    """``OPTION VALUE`` as ``OPTION=VALUE``: argparse takes a value that starts with '-'
+    (``--na-values -``, a common spelling) for an option; click does not."""
+    out: list[str] = []
+    it = iter(argv)
+    for arg in it:
+        value = next(it, None) if arg == option else None
+        out.append(arg if value is None else f"{option}={value}")
+    return out
 
 
 # command words -> (parser factory, handler of the remaining arguments)
