@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from reprise.cli import _render as render
+from reprise.cli._fast import NA_HELP
 from reprise.cli._fast import workspace as _ws
 
 models_app = typer.Typer(help="Registered models: versions, aliases, promotion, rollback.",
@@ -235,14 +236,20 @@ def predict(
         "dataset version NAME@N.")],
     output: Annotated[Path, typer.Option("-o", "--output", help=".parquet or .csv file.")],
     chunk_rows: Annotated[int, typer.Option(help="Rows per chunk (bounds memory).")] = 50_000,
+    na_values: Annotated[str | None, typer.Option(
+        "--na-values", help=NA_HELP + " Default here: the spellings of the model's training "
+        "data.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Predict every row of INPUT with MODEL into OUTPUT, streaming in chunks."""
+    from reprise.core._nulls import parse_na_values
     from reprise.registry._batch import predict_file
 
     ws = _ws()
+    spellings = parse_na_values(na_values)
     if as_json:
-        result = predict_file(model, source, output, chunk_rows=chunk_rows, workspace=ws)
+        result = predict_file(model, source, output, chunk_rows=chunk_rows, workspace=ws,
+                              na_values=spellings)
         render.print_json(result.to_dict())
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -255,7 +262,7 @@ def predict(
             bar.update(task, completed=done, total=total)
 
         result = predict_file(model, source, output, chunk_rows=chunk_rows, workspace=ws,
-                              progress=advance)
+                              progress=advance, na_values=spellings)
     flagged = f"; outside the training range: {result.out_of_range}" if result.out_of_range \
         else ""
     typer.echo(f"{result.rows:,} rows predicted by {result.model} in {result.seconds:.1f} s "

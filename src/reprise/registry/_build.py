@@ -19,7 +19,8 @@ def package_model(model: Any, *, sample: Any, target: Any = None, preprocessing:
                   evaluation: Mapping[str, Any] | None = None, task: str | None = None,
                   classes: Sequence[Any] | None = None, example_rows: int = 3,
                   extra_columns: str = "reject", out_of_range: str = "flag",
-                  description: str | None = None) -> ModelPackage:
+                  description: str | None = None,
+                  na_values: Sequence[str] | None = None) -> ModelPackage:
     """A :class:`ModelPackage` of a fitted ``model``.
 
     Args:
@@ -37,6 +38,10 @@ def package_model(model: Any, *, sample: Any, target: Any = None, preprocessing:
         task, classes: override what is inferred ("binary", "multiclass", "regression").
         extra_columns, out_of_range: the serving policy for unknown columns ("reject" or
             "ignore") and for values outside the training range ("flag" or "reject").
+        na_values: the text read as a missing value in the training data's files, which
+            batch prediction then reads input files with; by default the spellings of
+            the dataset version ``sample`` came from (``Dataset.to_pandas()`` and
+            ``to_arrow()`` carry them), else pandas' defaults.
 
     Example:
         >>> import pandas as pd
@@ -56,6 +61,7 @@ def package_model(model: Any, *, sample: Any, target: Any = None, preprocessing:
     outputs = _outputs(task, classes)
     signature = infer_signature(sample, outputs=outputs, task=task, classes=classes,
                                 extra_columns=extra_columns, out_of_range=out_of_range)
+    signature.na_values = _na_values(sample, na_values)
     input_format = _input_format(model, preprocessing, signature, flavor)
     pkg = ModelPackage(flavor=flavor, model=model, signature=signature,
                        input_format=input_format, preprocessing=preprocessing,
@@ -72,6 +78,23 @@ def package_model(model: Any, *, sample: Any, target: Any = None, preprocessing:
                         f"({type(exc).__name__}: {exc}); is `sample` the raw training "
                         "features, before preprocessing?") from None
     return pkg
+
+
+def _na_values(sample: Any, given: Sequence[str] | None) -> list[str]:
+    """The missing-value spellings of the training data: given, carried by the sample
+    (pandas ``attrs`` or Arrow schema metadata), or the defaults."""
+    import json
+
+    from reprise.core._nulls import resolve_na_values
+
+    if given is None:
+        attrs = getattr(sample, "attrs", None)
+        if isinstance(attrs, Mapping):
+            given = attrs.get("reprise.na_values")
+        metadata = getattr(getattr(sample, "schema", None), "metadata", None) or {}
+        if given is None and b"reprise.na_values" in metadata:
+            given = json.loads(metadata[b"reprise.na_values"])
+    return list(resolve_na_values(given))
 
 
 def _flavor(model: Any) -> str:
