@@ -23,7 +23,6 @@ import pandas as pd
 import pytest
 
 from reprise.registry import package_model
-from reprise.registry._requirements import package_environment
 from tests.registry.test_cli import make_project
 
 
@@ -60,14 +59,17 @@ def test_the_lock_holds_the_models_distributions_and_no_machine_facts() -> None:
 
 
 def test_the_lock_follows_classes_nested_in_the_model() -> None:
+    from scipy.stats import zscore
     from sklearn.compose import ColumnTransformer
-    from sklearn.pipeline import make_pipeline
+    from sklearn.linear_model import LinearRegression
     from sklearn.preprocessing import FunctionTransformer
 
-    prep = make_pipeline(ColumnTransformer([("log", FunctionTransformer(np.log1p), ["a"])]))
-    _, reqs = package_environment(object(), prep.fit(pd.DataFrame({"a": [1.0, 2.0]})),
-                                  "sklearn")
-    assert {"numpy", "scikit-learn"} <= {r.partition("==")[0] for r in reqs}
+    x = pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0]})
+    prep = ColumnTransformer([("squash", FunctionTransformer(zscore), ["a"])]).fit(x)
+    pkg = package_model(LinearRegression().fit(prep.transform(x), [1.0, 2.0, 3.0, 4.0]),
+                        sample=x, preprocessing=prep)
+    names = {r.partition("==")[0] for r in pkg.requirements}
+    assert {"numpy", "scikit-learn", "scipy"} <= names  # scipy: the function inside
 
 
 @pytest.mark.slow
