@@ -18,7 +18,6 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
