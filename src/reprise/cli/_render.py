@@ -248,6 +248,12 @@ def verify_report(report: Any) -> None:
                           f"{(d.get('parameters') or ['?'])[0]}"
                           + (f" (+{more} more)" if more > 0 else "")
                           + ". Set Trainer(deterministic=True) and seed the data loader.")
+    for v in report.steps:
+        if v.scope_changes:
+            changed = ", ".join(f"{c['name']} {c['recorded'] or '(absent)'} -> "
+                                f"{c['now'] or '(absent)'}" for c in v.scope_changes)
+            con.print(f"[bold]step {v.step}[/]: its environment scope changed: {changed}",
+                      highlight=False)
     env_changes(report.env_changes)
     if report.ok:
         con.print("[green]verified:[/] every output is "

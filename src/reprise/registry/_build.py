@@ -8,6 +8,7 @@ from typing import Any
 
 from reprise.core.errors import UserError
 from reprise.registry._package import ModelPackage, PackageError
+from reprise.registry._requirements import package_environment
 from reprise.registry._signature import Field, Signature, infer_signature
 
 __all__ = ["check_installed_classes", "package_model"]
@@ -63,12 +64,13 @@ def package_model(model: Any, *, sample: Any, target: Any = None, preprocessing:
                                 extra_columns=extra_columns, out_of_range=out_of_range)
     signature.na_values = _na_values(sample, na_values)
     input_format = _input_format(model, preprocessing, signature, flavor)
+    environment, requirements = package_environment(model, preprocessing, flavor)
     pkg = ModelPackage(flavor=flavor, model=model, signature=signature,
                        input_format=input_format, preprocessing=preprocessing,
                        example=_example(sample, signature, example_rows),
                        card=_card(task, classes, evaluation, description),
                        evaluation=_plain(dict(evaluation)) if evaluation is not None else None,
-                       environment=_environment(), requirements=_requirements())
+                       environment=environment, requirements=requirements)
     try:  # the example must run, or the package could never be warmed up
         pkg.predict_records(pkg.example)
     except UserError:
@@ -221,22 +223,3 @@ def _card(task: str, classes: list[Any] | None, evaluation: Mapping[str, Any] | 
     card["gates"] = _plain(gates) if gates else {"passed": None, "results": []}
     card["worst_slice"] = _plain(evaluation.get("worst_slice") or {})
     return card
-
-
-# The stable parts of the environment fingerprint: what the model needs to run the same.
-# (git state changes with every edit and the run records it; GPU and CUDA sections
-# appear only once torch is imported, which must not change the package's bytes.)
-_ENV_SECTIONS = ("python", "os", "cpu", "env_vars", "packages")
-
-
-def _environment() -> dict[str, Any]:
-    from reprise.env import fingerprint
-
-    fp = fingerprint()
-    return _plain({k: fp[k] for k in _ENV_SECTIONS if k in fp})  # type: ignore[no-any-return]
-
-
-def _requirements() -> list[str]:
-    from reprise.env import installed_packages
-
-    return sorted(f"{name}=={version}" for name, version in installed_packages().items())
