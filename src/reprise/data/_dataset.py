@@ -386,7 +386,7 @@ def summarise_datasets(*, workspace: Any = None) -> list[dict[str, Any]]:
 def diff_datasets(old: str, new: str, *, workspace: Any = None) -> dict[str, Any]:
     """What changed between two versions: whether the bytes are identical, and the
     profile diff when both profiles are comparable (two tables, or two folders)."""
-    from reprise.data._profile import diff_profiles
+    from reprise.data._profile_diff import diff_profiles
 
     ws = _workspace(workspace)
     a, b = get_dataset(old, workspace=ws), get_dataset(new, workspace=ws)
