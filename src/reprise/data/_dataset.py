@@ -206,7 +206,7 @@ def _source_path(source: Any, fmt: str | None, tmp: Path) -> tuple[Path, str, st
         return path, detect_format(path, fmt), str(path)
     table = _as_arrow(source)
     out = tmp / "table.parquet"
-    from reprise.store._materializers import _write_parquet
+    from reprise.store._value_materializers import _write_parquet
 
     with open(out, "wb") as f:
         _write_parquet(table, f)

@@ -75,7 +75,7 @@ def package_model(model: Any, *, sample: Any, target: Any = None, preprocessing:
 
 
 def _flavor(model: Any) -> str:
-    from reprise.store._materializers import _instance_of
+    from reprise.store._materializer import _instance_of
 
     if _instance_of(model, "sklearn.base", "BaseEstimator"):
         if not hasattr(model, "predict"):
@@ -83,7 +83,7 @@ def _flavor(model: Any) -> str:
                             "estimator or Pipeline that ends in one")
         return "sklearn"
     if _instance_of(model, "torch.nn", "Module"):
-        from reprise.store._ml import module_spec
+        from reprise.store._torch import module_spec
 
         check_installed_classes(module_spec(model), type(model).__qualname__)
         return "torch"
