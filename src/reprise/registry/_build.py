@@ -7,8 +7,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reprise.core.errors import UserError
+from reprise.registry._infer import infer_signature
 from reprise.registry._package import ModelPackage, PackageError
-from reprise.registry._signature import Field, Signature, infer_signature
+from reprise.registry._signature import Field, Signature
 
 __all__ = ["check_installed_classes", "package_model"]
 
@@ -166,7 +167,7 @@ def _input_format(model: Any, prep: Any, sig: Signature, flavor: str) -> str:
 
 
 def _example(sample: Any, sig: Signature, rows: int) -> list[dict[str, Any]]:
-    from reprise.registry._signature import _columns_of
+    from reprise.registry._infer import _columns_of
 
     columns = _columns_of(sample)
     n = min(rows, min(len(v) for v in columns.values()))
