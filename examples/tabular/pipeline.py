@@ -68,22 +68,21 @@ def train_model(x: np.ndarray, y: np.ndarray, C: float, max_iter: int) -> Any:
 def train_mlp(x: np.ndarray, y: np.ndarray, epochs: int, lr: float, hidden: int) -> Any:
     import torch
     from models import make_mlp  # a module of this project
-    from torch.utils.data import DataLoader, TensorDataset
 
     from reprise.train import EarlyStopping, Trainer
 
-    n_val = len(x) // 5  # the last fifth of the training rows for early stopping
-    features = torch.tensor(x, dtype=torch.float32)
-    labels = torch.tensor(y, dtype=torch.int64)
-    train = DataLoader(TensorDataset(features[n_val:], labels[n_val:]), batch_size=32,
-                       shuffle=True)
-    val = DataLoader(TensorDataset(features[:n_val], labels[:n_val]), batch_size=128)
+    # the table is tiny: the Trainer keeps it in memory as tensors, and a batch is one
+    # gather per tensor (no per-row Dataset indexing and collation to wait for)
+    table = pd.DataFrame(x.astype(np.float32), columns=[f"x{i}" for i in range(x.shape[1])])
+    table["label"] = y.astype(np.int64)
+    n_val = len(x) // 5  # the first fifth of the training rows for early stopping
     model = make_mlp(x.shape[1], hidden=hidden)
     trainer = Trainer(model, lambda p: torch.optim.AdamW(p, lr=lr),
                       loss=torch.nn.functional.cross_entropy, max_epochs=epochs,
                       early_stopping=EarlyStopping(patience=5), deterministic=True, seed=0,
-                      device="auto", log_every=10)
-    result = trainer.fit(train, val)  # inside `reprise tune`, validations feed the pruner
+                      device="auto", log_every=10, batch_size=32, label="label")
+    # inside `reprise tune`, validations feed the pruner
+    result = trainer.fit(table.iloc[n_val:], table.iloc[:n_val])
     reprise.log_metric("best_val_loss", min(v["val_loss"] for v in result.validations))
     return model.cpu().eval()
 

@@ -121,3 +121,31 @@ def test_pipeline_dataset_input_follows_latest_and_records_lineage(project: Path
     assert "users@2" in lineage
     report = js(project, "verify", second["run_id"])
     assert report["ok"]
+
+
+def test_na_values_on_the_fast_path_and_through_typer(project: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    (project / "m.csv").write_text("id,city,score\n1,NAPLES,1.5\n2,NA,-\n3,,2.5\n4,null,\n")
+    res = cli(project, "data", "add", "m", "m.csv", check=False)  # "-" is not a default
+    assert res.returncode == 2 and "--na-values 'default,-'" in res.stderr, res.stderr
+    dash = js(project, "data", "add", "m", "m.csv", "--na-values", "default,-")
+    shown = js(project, "data", "show", dash["dataset"])
+    assert shown["schema"]["score"] == "double" and "-" in shown["meta"]["na_values"]
+    assert "NA" in shown["meta"]["na_values"]
+    assert shown["profile"]["columns"]["score"]["nulls"] == 2
+    assert shown["profile"]["columns"]["city"]["nulls"] == 3
+    res = cli(project, "data", "add", "m", "m.csv", "--na-values", "-,", check=False)
+    assert res.returncode == 2 and "spellings cannot change" in res.stderr
+
+    from typer.testing import CliRunner
+
+    from reprise.cli._app import app
+
+    monkeypatch.chdir(project)
+    monkeypatch.delenv("REPRISE_WORKSPACE", raising=False)
+    out = CliRunner().invoke(app, ["data", "add", "typed", "m.csv", "--na-values", "NA,,-",
+                                   "--json"])
+    assert out.exit_code == 0, out.output
+    shown = js(project, "data", "show", "typed")
+    assert shown["meta"]["na_values"] == ["", "-", "NA"]
+    assert shown["profile"]["columns"]["city"]["nulls"] == 2  # "null" is a value here

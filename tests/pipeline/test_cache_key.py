@@ -213,3 +213,21 @@ def test_pipeline_runs_from_python(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert res["_consume"] == 5 and sorted(res.executed) == ["_consume", "_produce"]
     again = p.run(n=5, workspace=ws, workers=1)
     assert again.executed == [] and again.time_saved >= 0
+
+
+def test_a_cache_entry_is_a_miss_once_a_distribution_its_outputs_require_changed(
+        tmp_path: Path) -> None:
+    from importlib import metadata
+
+    from reprise.core._hashing import hash_bytes
+    from reprise.pipeline._cache import StepCache
+    from reprise.store._artifacts import open_artifact_store
+
+    store = open_artifact_store(tmp_path / "artifacts")
+    blob, _ = store.put_bytes(b"a model package")
+    cache = StepCache(tmp_path / "cache")
+    numpy = metadata.version("numpy")
+    for name, requires in (("same", {"numpy": numpy}), ("upgraded", {"numpy": "0.0.1"})):
+        key = hash_bytes(name.encode())
+        cache.put(key, {"outputs": [{"name": "output", "hash": blob}], "requires": requires})
+        assert (cache.get(key, store) is not None) is (name == "same")

@@ -262,3 +262,6 @@ def test_openapi_documents_every_endpoint() -> None:
                  "/v2/health/ready", "/v2/models/{name}", "/metrics", "/readyz"):
         assert path in paths
     assert "422" in paths["/v1/models/{name}/predict"]["post"]["responses"]
+    infer = paths["/v2/models/{name}/infer"]["post"]
+    assert "application/octet-stream" in infer["requestBody"]["content"]
+    assert "Inference-Header-Content-Length" in infer["description"]

@@ -31,7 +31,7 @@ def test_health_and_server_metadata() -> None:
                                ("GET", "/v2/health/ready", None), ("GET", "/v2", None))
     assert live.status_code == 200 and live.json() == {"live": True}
     assert ready.status_code == 200 and ready.json() == {"ready": True}
-    assert meta.json()["name"] == "reprise" and meta.json()["extensions"] == []
+    assert meta.json()["name"] == "reprise" and meta.json()["extensions"] == ["binary_tensor_data"]
     assert isinstance(meta.json()["version"], str)
 
 
@@ -79,6 +79,8 @@ def test_infer_on_a_version_with_requested_outputs_and_a_generated_id() -> None:
     ({"inputs": [{**X, "datatype": "FP128"}, Y, PLAN]}, "datatype"),
     ({"inputs": [{**X, "shape": [3]}, Y, PLAN]}, "needs 3 elements"),
     ({"inputs": [{**X, "shape": [1, 2]}, Y, PLAN]}, "expected [rows] or [rows, 1]"),
+    ({"inputs": [{**X, "shape": [10**10] * 3000}, Y, PLAN]},
+     "needs more than 9223372036854775808 elements"),
     ({"inputs": [X, {**Y, "shape": [1], "data": [3]}, PLAN]}, "disagree"),
     ({"inputs": [X, Y, PLAN], "outputs": [{"name": "nope"}]}, "does not exist"),
     ({"inputs": [X, Y, PLAN], "id": 5}, "id"),

@@ -92,6 +92,14 @@ class TestRuns:
         with pytest.raises(RunNotFoundError):
             store.get_run("%")  # LIKE wildcards are escaped
 
+    def test_run_ids_around_a_range(self, store: SqlMetadataStore) -> None:
+        ids = sorted(new_id(now_ms=1_000_000 + i) for i in range(6))
+        for rid in ids:
+            assert store.ingest(rid, 0, JournalBatch(header=_header(rid), end_offset=1))
+        assert store.run_ids_around(ids[2], ids[3]) == ids[1:5]  # one neighbour each side
+        assert store.run_ids_around(ids[0], ids[5]) == ids
+        assert store.run_ids_around(ids[4], ids[4]) == ids[3:6]
+
     def test_filters_and_metric_ordering(self, store: SqlMetadataStore) -> None:
         ids = []
         for i, acc in enumerate([0.7, 0.9, 0.8]):

@@ -67,3 +67,28 @@ def define_by_run(trial: Any) -> float:
 def logs(p: dict[str, Any]) -> float:
     reprise.log_metric("seen", p["x"])
     return quad(p)
+
+
+def _exit_at_load() -> None:
+    os._exit(3)
+
+
+def _raise_at_load() -> None:
+    raise RuntimeError("this objective only loads in the tuner's process")
+
+
+class DiesAtStartup:
+    """Unpickling it ends the process: every worker dies before it starts."""
+
+    def __call__(self, p: dict[str, Any]) -> float:
+        return quad(p)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_exit_at_load, ())
+
+
+class FailsToLoad(DiesAtStartup):
+    """Unpickling it raises: a worker cannot load the objective."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_raise_at_load, ())

@@ -86,7 +86,8 @@ if __name__ == "__main__":
 
 
 def _start(script: Path, ws: Any, reproducible: bool, study: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "REPRISE_TEST_SLEEP": "0.4", "PYTHONPATH": str(ROOT)}
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "REPRISE_TEST_SLEEP": "0.4", "PYTHONPATH": path}  # this checkout's src
     return subprocess.Popen([sys.executable, str(script), str(ws.root), str(int(reproducible)),
                              study], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)

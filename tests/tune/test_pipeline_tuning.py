@@ -215,6 +215,11 @@ def test_reprise_tune_cli_end_to_end(project: Path) -> None:
     shown = cli(project, "tune", "show", "flow", "--html", "study.html")
     assert "best trial" in shown.stdout and (project / "study.html").read_text().startswith(
         "<!doctype html>")
+    for trial in res["trials"]:  # the run column's prefix names the trial's run alone
+        (prefix,) = [w for w in shown.stdout.split() if len(w) >= 8
+                     and trial["run_id"].startswith(w) and w != trial["run_id"]]
+        assert json.loads(cli(project, "runs", "show", prefix, "--json").stdout)["id"] == (
+            trial["run_id"])
     more = cli(project, "tune", "run", "flow.py:flow", "--space", "space.yaml", "--metric",
                "evaluate/score", "--direction", "maximize", "--trials", "4")
     assert "study flow: best trial" in more.stdout

@@ -139,11 +139,6 @@ def test_bad_arguments_are_refused_before_any_trial(workspace: Any, kwargs: dict
     assert reprise.tune.list_studies(workspace) == []
 
 
-def test_an_objective_that_workers_cannot_import_is_refused(workspace: Any) -> None:
-    with pytest.raises(UserError, match="not importable"):
-        tune(lambda p: 1.0, SPACE, n_trials=2, workers=2, workspace=workspace)
-
-
 def test_show_and_the_html_report(workspace: Any, tmp_path: Path) -> None:
     tune(obj.quad, SPACE, n_trials=6, study="shown", workspace=workspace, pruner=None)
     info = show_study(workspace, "shown")

@@ -79,18 +79,28 @@ def runs_list(
     asc: Annotated[bool, typer.Option("--asc", help="Ascending order.")] = False,
     limit: Annotated[int, typer.Option(help="At most this many runs (0: all).")] = 50,
     all_runs: Annotated[bool, typer.Option("--all", help="Include nested runs.")] = False,
+    columns: Annotated[str | None, typer.Option(
+        help="Columns to show, comma-separated: id, name, status, age, started, duration, "
+             "metric:KEY, param:KEY, tag:KEY (default: what fits the terminal).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List runs, newest first."""
+    """List runs, newest first. The id shown is the shortest prefix that names the run
+    alone (8 characters or more): every command taking a RUN accepts it."""
     from reprise.tracking import list_runs
+    from reprise.tracking._query import short_run_ids
 
-    rows = list_runs(_ws(), name=name, status=status, tags=render.parse_pairs(tag or [], "--tag"),
+    if columns is not None:
+        from reprise.cli._runs_table import parse_columns
+
+        parse_columns(columns)  # a typo fails before the query
+    ws = _ws()
+    rows = list_runs(ws, name=name, status=status, tags=render.parse_pairs(tag or [], "--tag"),
                      sort_metric=sort, ascending=asc, limit=limit or None,
                      include_children=all_runs)
     if as_json:
         render.print_json(rows)
     else:
-        render.runs_table(rows, sort)
+        render.runs_table(rows, short_run_ids(ws, [r["id"] for r in rows]), sort, columns)
 
 
 @runs_app.command("show")
@@ -281,11 +291,18 @@ def verify(
         raise typer.Exit(1)
 
 
+_LINEAGE_FORMATS = ("steps", "tree", "mermaid", "dot", "json")
+
+
 @app.command()
 def lineage(
     ref: Annotated[str, typer.Argument(
         metavar="RUN|HASH|MODEL", help="Run id, artifact hash, or NAME@ALIAS / NAME:VERSION.")],
-    fmt: Annotated[str, typer.Option("--format", help="tree, mermaid or dot.")] = "tree",
+    fmt: Annotated[str, typer.Option(
+        "--format", help="steps (each step once, in order), tree, mermaid, dot or json.")
+    ] = "steps",
+    tree_view: Annotated[bool, typer.Option(
+        "--tree", help="The tree view: each output with its ancestors beneath it.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Show where outputs came from: steps, inputs, down to the raw files."""
@@ -293,22 +310,29 @@ def lineage(
     from reprise.pipeline._lineage import lineage as build
     from reprise.pipeline._lineage import to_dot, to_mermaid
 
-    if fmt not in ("tree", "mermaid", "dot"):
-        raise UserError(f"--format must be tree, mermaid or dot, not {fmt!r}.")
+    if fmt not in _LINEAGE_FORMATS:
+        raise UserError(f"--format must be one of {', '.join(_LINEAGE_FORMATS)}, not {fmt!r}.")
+    fmt = "json" if as_json else "tree" if tree_view else fmt
+    ws = _ws()
     if "@" in ref or ":" in ref:  # a registered model: from its package down to the data
         from reprise.registry import model_lineage
 
-        tree = model_lineage(ref, workspace=_ws())
+        tree = model_lineage(ref, workspace=ws)
     else:
-        tree = build(_ws(), ref)
-    if as_json:
+        tree = build(ws, ref)
+    if fmt == "json":
         render.print_json(tree)
     elif fmt == "mermaid":
         typer.echo(to_mermaid(tree), nl=False)
     elif fmt == "dot":
         typer.echo(to_dot(tree), nl=False)
-    else:
+    elif fmt == "tree":
         render.lineage_tree(tree)
+    else:
+        from reprise.cli._lineage_view import print_lineage_steps
+        from reprise.pipeline._lineage_dag import lineage_steps
+
+        print_lineage_steps(tree, lineage_steps(ws, tree))
 
 
 @app.command()

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from reprise.cli import _render as render
+from reprise.cli._fast import NA_HELP
 from reprise.cli._fast import workspace as _ws
 
 data_app = typer.Typer(help="Versioned, validated datasets: add, list, show, diff, schema.",
@@ -32,6 +33,8 @@ def add(
     link: Annotated[bool, typer.Option(
         "--link", help="Hard-link the file into the store instead of copying it (the file "
         "becomes read-only).")] = False,
+    na_values: Annotated[str | None, typer.Option(
+        "--na-values", help=NA_HELP)] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Register PATH as the next version NAME@N (unchanged content keeps the current one)."""
@@ -39,7 +42,7 @@ def add(
 
     code = data_add_command(name, str(path), schema=schema, quarantine=quarantine, fmt=fmt,
                             encoding=encoding, allow_type_change=allow_type_change,
-                            as_json=as_json, link=link)
+                            as_json=as_json, link=link, na_values=na_values)
     if code:
         raise typer.Exit(code)
 
@@ -56,11 +59,11 @@ def list_(as_json: JsonOpt = False) -> None:
     if not rows:
         typer.echo("No datasets yet. Add one with `reprise data add NAME PATH`.")
         return
-    render.table(["name", "latest", "versions", "format", "rows", "size", "created"],
+    render.table(["name", "latest", "versions", "format", "rows", "size", "added"],
                  [[r["name"], f"@{r['latest']}", r["versions"], r["format"],
                    "-" if r["rows"] is None else r["rows"],
                    "-" if r["size"] is None else render.human_bytes(r["size"]),
-                   render.timestamp(r["created_at"])] for r in rows])
+                   render.ago(r["created_at"])] for r in rows], keep=("name", "latest"))
 
 
 @data_app.command("show")

@@ -17,10 +17,13 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["PROGRESS_MODES", "data_add_command", "dispatch", "parsers", "run_command",
+__all__ = ["NA_HELP", "PROGRESS_MODES", "data_add_command", "dispatch", "parsers", "run_command",
            "workspace"]
 
 PROGRESS_MODES = ("auto", "live", "lines", "none")
+NA_HELP = ("Text meaning a missing value in CSV/TSV/JSON Lines, in every column, separated by "
+           "commas ('NA,,-'; 'default,?' adds to the defaults; 'none'). Default: pandas' "
+           "spellings (NA, null, N/A, NaN, empty...).")
 
 
 def workspace() -> Any:
@@ -65,14 +68,16 @@ def run_command(target: str, *, params: list[str], seed: int, workers: int | Non
 
 def data_add_command(name: str, path: str, *, schema: str | None, quarantine: bool,
                      fmt: str | None, encoding: str, allow_type_change: bool,
-                     as_json: bool, link: bool = False) -> int:
+                     as_json: bool, link: bool = False, na_values: str | None = None) -> int:
     """Register a dataset version from the command line; return the exit code."""
     from reprise.cli._render import human_bytes, print_json
+    from reprise.core._nulls import parse_na_values
     from reprise.data._dataset import add_dataset
 
     res = add_dataset(name, path, workspace=workspace(), schema=schema,
                       quarantine=quarantine, fmt=fmt, encoding=encoding,
-                      allow_type_change=allow_type_change, link=link)
+                      allow_type_change=allow_type_change, link=link,
+                      na_values=parse_na_values(na_values))
     rec = res.record
     if as_json:
         print_json({"dataset": rec.ref, "created": res.created, "hash": rec.artifact_hash,
@@ -122,6 +127,7 @@ def _data_add_parser() -> argparse.ArgumentParser:
     ap.add_argument("--encoding", default="utf-8")
     ap.add_argument("--allow-type-change", action="store_true")
     ap.add_argument("--link", action="store_true")
+    ap.add_argument("--na-values", default=None)
     ap.add_argument("--json", action="store_true", dest="as_json")
     return ap
 
@@ -134,7 +140,18 @@ def _fast_run(argv: list[str]) -> int:
 
 
 def _fast_data_add(argv: list[str]) -> int:
-    return data_add_command(**vars(_data_add_parser().parse_args(argv)))
+    return data_add_command(**vars(_data_add_parser().parse_args(_glued(argv, "--na-values"))))
+
+
+def _glued(argv: list[str], option: str) -> list[str]:
+    """``OPTION VALUE`` as ``OPTION=VALUE``: argparse takes a value that starts with '-'
+    (``--na-values -``, a common spelling) for an option; click does not."""
+    out: list[str] = []
+    it = iter(argv)
+    for arg in it:
+        value = next(it, None) if arg == option else None
+        out.append(arg if value is None else f"{option}={value}")
+    return out
 
 
 # command words -> (parser factory, handler of the remaining arguments)

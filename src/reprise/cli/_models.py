@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from reprise.cli import _render as render
+from reprise.cli._fast import NA_HELP
 from reprise.cli._fast import workspace as _ws
 
 models_app = typer.Typer(help="Registered models: versions, aliases, promotion, rollback.",
@@ -63,7 +64,7 @@ def list_(as_json: JsonOpt = False) -> None:
     render.table(["model", "versions", "latest", "aliases", "updated"],
                  [[r["name"], r["versions"], r["latest"],
                    ", ".join(f"{a}→{v}" for a, v in r["aliases"].items()) or "-",
-                   render.timestamp(r["updated"])] for r in rows])
+                   render.ago(r["updated"])] for r in rows], keep=("model",))
 
 
 @models_app.command("show")
@@ -82,11 +83,15 @@ def show(ref: Annotated[str, typer.Argument(help="NAME, NAME@ALIAS or NAME:VERSI
         render.print_json(info)
         return
     if "versions" in info:
+        from reprise.tracking._query import short_run_ids
+
         typer.echo(f"model {info['name']}; aliases: {info['aliases'] or 'none'}")
+        short = short_run_ids(ws, [v["run_id"] for v in info["versions"] if v["run_id"]])
         render.table(["version", "status", "aliases", "gates", "task", "run", "created"],
                      [[v["version"], v["status"], ", ".join(v["aliases"]) or "-",
-                       _gates(v["gates_passed"]), v["task"] or "-", (v["run_id"] or "-")[:10],
-                       render.timestamp(v["created"])] for v in info["versions"]])
+                       _gates(v["gates_passed"]), v["task"] or "-",
+                       short.get(v["run_id"], "-"), render.ago(v["created"])]
+                      for v in info["versions"]], keep=("version", "run"))
         return
     _show_version(info)
 
@@ -231,14 +236,20 @@ def predict(
         "dataset version NAME@N.")],
     output: Annotated[Path, typer.Option("-o", "--output", help=".parquet or .csv file.")],
     chunk_rows: Annotated[int, typer.Option(help="Rows per chunk (bounds memory).")] = 50_000,
+    na_values: Annotated[str | None, typer.Option(
+        "--na-values", help=NA_HELP + " Default here: the spellings of the model's training "
+        "data.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Predict every row of INPUT with MODEL into OUTPUT, streaming in chunks."""
+    from reprise.core._nulls import parse_na_values
     from reprise.registry._batch import predict_file
 
     ws = _ws()
+    spellings = parse_na_values(na_values)
     if as_json:
-        result = predict_file(model, source, output, chunk_rows=chunk_rows, workspace=ws)
+        result = predict_file(model, source, output, chunk_rows=chunk_rows, workspace=ws,
+                              na_values=spellings)
         render.print_json(result.to_dict())
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -251,7 +262,7 @@ def predict(
             bar.update(task, completed=done, total=total)
 
         result = predict_file(model, source, output, chunk_rows=chunk_rows, workspace=ws,
-                              progress=advance)
+                              progress=advance, na_values=spellings)
     flagged = f"; outside the training range: {result.out_of_range}" if result.out_of_range \
         else ""
     typer.echo(f"{result.rows:,} rows predicted by {result.model} in {result.seconds:.1f} s "

@@ -76,33 +76,15 @@ def _fmt(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def _short_ids(ids: list[str]) -> dict[str, str]:
-    from reprise.core._ids import shortest_unique_prefixes
-
-    return shortest_unique_prefixes(ids)
-
-
-def runs_table(rows: list[dict[str, Any]], sort_metric: str | None) -> None:
-    from rich.table import Table
-
+def runs_table(rows: list[dict[str, Any]], short: dict[str, str], sort_metric: str | None,
+               columns: str | None = None) -> None:
+    """Runs as a table that fits the terminal (see ``reprise.cli._runs_table``)."""
     if not rows:
         _console().print("No runs yet. Start one with reprise.start_run() or `reprise run`.")
         return
-    metric_keys = sorted({k for r in rows for k in r["metrics"] if not k.startswith("system/")})
-    if sort_metric and sort_metric in metric_keys:
-        metric_keys.remove(sort_metric)
-        metric_keys.insert(0, sort_metric)
-    metric_keys = metric_keys[:6]
-    short = _short_ids([r["id"] for r in rows])
-    table = Table(box=None, header_style="bold")
-    for col in ("id", "name", "status", "started", "duration", *metric_keys):
-        table.add_column(col, justify="right" if col in metric_keys else "left")
-    for r in rows:
-        style = _STATUS_STYLE.get(r["status"], "")
-        table.add_row(short[r["id"]], r["name"], f"[{style}]{r['status']}[/]",
-                      _time(r["started_at"]), _dur(r["duration"]),
-                      *(_fmt(r["metrics"].get(k)) for k in metric_keys))
-    _console().print(table)
+    from reprise.cli._runs_table import print_runs
+
+    print_runs(rows, short, sort_metric=sort_metric, columns=columns)
 
 
 def run_detail(info: dict[str, Any]) -> None:
@@ -266,6 +248,12 @@ def verify_report(report: Any) -> None:
                           f"{(d.get('parameters') or ['?'])[0]}"
                           + (f" (+{more} more)" if more > 0 else "")
                           + ". Set Trainer(deterministic=True) and seed the data loader.")
+    for v in report.steps:
+        if v.scope_changes:
+            changed = ", ".join(f"{c['name']} {c['recorded'] or '(absent)'} -> "
+                                f"{c['now'] or '(absent)'}" for c in v.scope_changes)
+            con.print(f"[bold]step {v.step}[/]: its environment scope changed: {changed}",
+                      highlight=False)
     env_changes(report.env_changes)
     if report.ok:
         con.print("[green]verified:[/] every output is "
@@ -279,14 +267,9 @@ def verify_report(report: Any) -> None:
 def lineage_tree(tree: dict[str, Any]) -> None:
     from rich.tree import Tree
 
-    if tree["kind"] == "model":
-        summary = tree.get("summary") or {}
-        title = (f"model {tree['ref']} = {tree['model']}  (run {tree.get('run') or '-'}; data "
-                 f"{', '.join(summary.get('datasets') or []) or '-'}; code snapshot "
-                 f"{(summary.get('code_snapshot') or '-')[:16]})")
-    else:
-        title = (f"run {tree['root']}  ({tree.get('pipeline') or ''})"
-                 if tree["kind"] == "run" else f"artifact {tree['root']}")
+    from reprise.cli._lineage_view import lineage_title
+
+    title = lineage_title(tree)
     root = Tree(title)
 
     def add(parent: Any, node: dict[str, Any]) -> None:
@@ -314,14 +297,32 @@ def timestamp(ts: float | None) -> str:
     return _time(ts)
 
 
-def table(columns: list[str], rows: list[list[Any]], title: str | None = None) -> None:
-    from rich.table import Table
+def ago(ts: float | None) -> str:
+    """``"3m ago"``: how long ago ``ts`` was (a date beyond two months)."""
+    import time
 
+    from reprise.cli._runs_table import age
+
+    return age(ts, time.time())
+
+
+def table(columns: list[str], rows: list[list[Any]], title: str | None = None,
+          keep: tuple[str, ...] = ()) -> None:
+    """A plain table; the columns named in ``keep`` (what a user copies: names, ids)
+    are never cut or wrapped when the terminal is narrow, the others give way."""
+    from rich.table import Table
+    from rich.text import Text
+
+    cells = [[_fmt(v) for v in row] for row in rows]
     t = Table(box=None, header_style="bold", title=title, title_justify="left")
-    for col in columns:
-        t.add_column(col)
-    for row in rows:
-        t.add_row(*(_fmt(v) for v in row))
+    for i, col in enumerate(columns):
+        if col in keep:
+            t.add_column(col, no_wrap=True, min_width=max(
+                [len(col), *(len(str(r[i])) for r in cells)]))
+        else:
+            t.add_column(col)
+    for row in cells:
+        t.add_row(*(Text(str(v)) for v in row))
     _console().print(t)
 
 

@@ -73,7 +73,10 @@ def run(
     if as_json:
         render.print_json(result.to_dict())
         return
-    _trials(result.trials, result.direction)
+    from reprise.tracking._query import short_run_ids
+
+    short = short_run_ids(_ws(), [t["run_id"] for t in result.trials if t["run_id"]])
+    _trials(result.trials, result.direction, short)
     best = (f"best trial {result.best_trial}: {result.best_value:.6g} with {result.best_params}"
             if result.best_trial is not None else "no complete trial")
     typer.echo(f"study {result.study}: {best}\ntuning run {result.run_id}; details: "
@@ -94,7 +97,7 @@ def list_(as_json: JsonOpt = False) -> None:
         return
     render.table(["study", "direction", "trials", "best value", "best params"],
                  [[r["study"], r["direction"], r["trials"], _value(r["best_value"]),
-                   r["best_params"] or "-"] for r in rows])
+                   r["best_params"] or "-"] for r in rows], keep=("study",))
 
 
 @tune_app.command("show")
@@ -117,7 +120,10 @@ def show(
     if as_json:
         render.print_json(info)
         return
-    _trials(info["trials"], info["direction"])
+    from reprise.tracking._query import short_run_ids
+
+    short = short_run_ids(ws, [t["run_id"] for t in info["trials"] if t["run_id"]])
+    _trials(info["trials"], info["direction"], short)
     best = info["best"]
     typer.echo(f"study {info['study']} ({info['direction']}): {info['counts']}")
     if best:
@@ -130,13 +136,14 @@ def show(
         typer.echo(f"report written to {html}")
 
 
-def _trials(trials: list[dict[str, Any]], direction: str) -> None:
+def _trials(trials: list[dict[str, Any]], direction: str, short: dict[str, str]) -> None:
     keys = sorted({k for t in trials for k in t["params"]})
     render.table(["trial", "state", "value", *keys, "seconds", "run"],
                  [[t["number"], t["state"], _value(t["value"]),
                    *[t["params"].get(k, "") for k in keys],
                    f"{t['seconds']:.1f}" if t["seconds"] is not None else "-",
-                   (t["run_id"] or "-")[:10]] for t in trials], title=f"trials ({direction})")
+                   short.get(t["run_id"], "-")] for t in trials], title=f"trials ({direction})",
+                 keep=("trial", "run"))
 
 
 def _value(v: Any) -> str:

@@ -19,6 +19,7 @@ _EXPORTS: dict[str, str] = {
     "get_dataset": "reprise.data._dataset",
     "list_datasets": "reprise.data._dataset",
     "parse_ref": "reprise.data._dataset",
+    "NA_VALUES": "reprise.core._nulls",
     "DataFormatError": "reprise.data._formats",
     "TabularSource": "reprise.data._formats",
     "ValidationError": "reprise.data._validate",
@@ -39,6 +40,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "NA_VALUES",
     "AddResult",
     "DataFormatError",
     "Dataset",
@@ -67,6 +69,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from reprise.core._nulls import NA_VALUES
     from reprise.data._dataset import (
         AddResult,
         Dataset,

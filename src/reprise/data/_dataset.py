@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reprise.core._nulls import resolve_na_values
 from reprise.core._types import ArtifactRecord, DatasetRecord
 from reprise.core.errors import UserError
 from reprise.data._formats import (
@@ -116,7 +117,7 @@ def _relative_ref(ref: str, root: Path) -> str:
 def add_dataset(name: str, source: Any, *, workspace: Any = None, schema: Any = None,
                 quarantine: bool = False, fmt: str | None = None, encoding: str = "utf-8",
                 allow_type_change: bool = False, batch_rows: int = BATCH_ROWS,
-                link: bool = False) -> AddResult:
+                link: bool = False, na_values: Any = None) -> AddResult:
     """Register ``source`` (a file, a directory, a pandas DataFrame or an Arrow table) as
     the next version of ``name``; unchanged content returns the newest version.
 
@@ -125,6 +126,10 @@ def add_dataset(name: str, source: Any, *, workspace: Any = None, schema: Any = 
 
     ``link=True`` hard-links the file into a local store instead of copying it (the
     file becomes read-only; see ``LocalArtifactStore.link_file``).
+
+    ``na_values``: the text that means a missing value in CSV/TSV and JSON Lines, in
+    every column (default: pandas' spellings, ``reprise.data.NA_VALUES``); recorded on
+    the version, which is always read back with them.
     """
     validate_name(name)
     ws = _workspace(workspace)
@@ -133,8 +138,10 @@ def add_dataset(name: str, source: Any, *, workspace: Any = None, schema: Any = 
         path, fmt, origin = _source_path(source, fmt, Path(tmp))
         declared, spec_source = _schema_for(name, schema, ws)
         previous = meta.get_dataset_version(name)
+        spellings = resolve_na_values(na_values)
         if fmt in TABULAR_FORMATS:
-            scan = _scan_tabular(path, fmt, encoding, declared, quarantine, Path(tmp), batch_rows)
+            scan = _scan_tabular(path, fmt, encoding, declared, quarantine, Path(tmp), batch_rows,
+                                 spellings)
             if previous is not None and previous.schema and not allow_type_change:
                 _check_type_changes(name, previous, scan.schema)
             if scan.report is not None and not scan.report.ok and (
@@ -172,6 +179,8 @@ def add_dataset(name: str, source: Any, *, workspace: Any = None, schema: Any = 
         if stored_fmt == "csv":
             record_meta["encoding"] = encoding
             record_meta["delimiter"] = "\t" if ".tsv" in stored_path.name.lower() else ","
+        if stored_fmt in ("csv", "jsonl"):
+            record_meta["na_values"] = list(spellings)
         if spec_source is not None:
             record_meta["schema"] = spec_source
         quarantined = None
@@ -187,6 +196,8 @@ def add_dataset(name: str, source: Any, *, workspace: Any = None, schema: Any = 
         record = DatasetRecord(name=name, version=0, artifact_hash=art.hash, format=stored_fmt,
                                rows=rows, schema=schema_map, profile=profile, meta=record_meta,
                                created_at=time.time())
+        if stored_fmt in ("csv", "jsonl"):
+            _check_same_spellings(name, previous, art.hash, spellings)
         stored, created = meta.add_dataset_version(record)
         if created and schema is not None:
             attach_schema(name, schema, workspace=ws)
@@ -258,7 +269,7 @@ class _Scan:
 
 
 def _scan_tabular(path: Path, fmt: str, encoding: str, declared: Any, quarantine: bool,
-                  tmp: Path, batch_rows: int) -> _Scan:
+                  tmp: Path, batch_rows: int, na_values: tuple[str, ...]) -> _Scan:
     """One pass: read, detect mixed types, validate, quarantine, profile."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -268,7 +279,8 @@ def _scan_tabular(path: Path, fmt: str, encoding: str, declared: Any, quarantine
     from reprise.data._validate import StreamValidator, arrow_column_types, text_columns
 
     column_types = arrow_column_types(declared) if declared is not None and fmt == "csv" else None
-    src = TabularSource(path, fmt, encoding=encoding, column_types=column_types)
+    src = TabularSource(path, fmt, encoding=encoding, column_types=column_types,
+                        na_values=na_values)
     skip = text_columns(declared) if declared is not None else set()
     validator = StreamValidator(declared) if declared is not None else None
     scan = _Scan(report=validator.report if validator else None)
@@ -336,6 +348,20 @@ def _check_type_changes(name: str, previous: DatasetRecord, new: dict[str, str])
         raise DataFormatError(
             f"column types changed from {previous.ref}: {desc}. If this is intended, pass "
             "--allow-type-change; otherwise fix the export.")
+
+
+def _check_same_spellings(name: str, previous: DatasetRecord | None, artifact_hash: str,
+                          spellings: tuple[str, ...]) -> None:
+    """The same bytes read with other missing-value spellings would be other data, but
+    a name's newest version cannot be re-added with the same bytes: say so."""
+    if previous is None or previous.artifact_hash != artifact_hash:
+        return
+    old = resolve_na_values(previous.meta.get("na_values"))
+    if old != spellings:
+        raise UserError(
+            f"{previous.ref} already holds these bytes, read with the missing-value spellings "
+            f"{list(old)}; a version's spellings cannot change. Add the file under another "
+            f"name (e.g. {name}-na) to read it with {list(spellings)}.")
 
 
 def _store(ws: Any, path: Path, link: bool = False) -> ArtifactRecord:
@@ -467,24 +493,39 @@ class Dataset:
     def parquet_path(self) -> Path | None:
         return self.path() if self.format == "parquet" else None
 
-    def batches(self, batch_rows: int = BATCH_ROWS) -> Iterator[Any]:
+    @property
+    def na_values(self) -> tuple[str, ...]:
+        """The missing-value spellings this version was registered (and is read) with."""
+        return resolve_na_values(self.record.meta.get("na_values"))
+
+    def batches(self, batch_rows: int = BATCH_ROWS, *, na_values: Any = None) -> Iterator[Any]:
+        """The rows as Arrow batches; ``na_values`` overrides the recorded spellings."""
         if self.format not in TABULAR_FORMATS:
             raise UserError(f"{self.record.ref} is {self.format} data, not a table.")
         meta = self.record.meta
+        spellings = self.na_values if na_values is None else resolve_na_values(na_values)
         return TabularSource(self.path(), self.format, encoding=meta.get("encoding", "utf-8"),
-                             delimiter=meta.get("delimiter"),
-                             compression=meta.get("compression")).batches(batch_rows)
+                             delimiter=meta.get("delimiter"), compression=meta.get("compression"),
+                             na_values=spellings).batches(batch_rows)
 
     def to_arrow(self) -> Any:
+        """The version as one Arrow table; its schema metadata records the spellings
+        (``reprise.na_values``), which ``package_model`` keeps for batch prediction."""
+        import json
+
         import pyarrow as pa
 
         batches = list(self.batches())
         if not batches:
             raise UserError(f"{self.record.ref} has no rows.")
-        return pa.Table.from_batches(batches)
+        table = pa.Table.from_batches(batches)
+        return table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                              b"reprise.na_values": json.dumps(self.na_values)})
 
     def to_pandas(self) -> Any:
-        return self.to_arrow().to_pandas()
+        df = self.to_arrow().to_pandas()
+        df.attrs["reprise.na_values"] = list(self.na_values)
+        return df
 
     # -- pipeline input protocol (see reprise.pipeline._external) ---------------------
     def reprise_input_key(self) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reprise.core._nulls import resolve_na_values
 from reprise.core.errors import UserError
 
 __all__ = [
@@ -75,6 +76,13 @@ class TabularSource:
     block_size: int = BLOCK_SIZE
     compression: str | None = None
     """gzip, bz2, zstd or lz4; by default from the file name (stored blobs have none)."""
+    na_values: tuple[str, ...] | None = None
+    """Text that means a missing value in CSV and JSON Lines, in every column (see
+    ``reprise.core._nulls``); None: pandas' defaults."""
+
+    @property
+    def null_spellings(self) -> tuple[str, ...]:
+        return resolve_na_values(self.na_values)
 
     def _open(self) -> Any:
         import pyarrow as pa
@@ -134,7 +142,11 @@ class TabularSource:
             self._open(),
             read_options=pcsv.ReadOptions(block_size=self.block_size, encoding=self.encoding),
             parse_options=pcsv.ParseOptions(delimiter=delimiter),
-            convert_options=pcsv.ConvertOptions(column_types=self.column_types or {}))
+            # text columns too (Arrow's default leaves "NA" a string there), quoted or not,
+            # as pandas.read_csv does
+            convert_options=pcsv.ConvertOptions(
+                column_types=self.column_types or {}, null_values=list(self.null_spellings),
+                strings_can_be_null=True, quoted_strings_can_be_null=True))
 
     def _csv(self) -> Iterator[Any]:
         import pyarrow as pa
@@ -197,34 +209,71 @@ class TabularSource:
     # -- JSON Lines ------------------------------------------------------------------
     def _jsonl(self) -> Iterator[Any]:
         import pyarrow as pa
-        import pyarrow.json as pjson
 
         if self.path.stat().st_size == 0:
             raise self._empty()
         if self.encoding.replace("-", "").lower() != "utf8":
             raise UserError("JSON Lines files must be UTF-8 (JSON requires it); re-save the "
                             "file as UTF-8.")
+        done = 0
         try:
-            reader = pjson.open_json(self._open(),
-                                     read_options=pjson.ReadOptions(block_size=self.block_size))
-            yield from reader
+            for batch in self._jsonl_reader(self._open()):
+                done += batch.num_rows
+                yield batch
         except pa.ArrowInvalid as exc:
             message = str(exc)
-            m = re.search(r"Column\(/([^)]*)\) changed from (\w+) to (\w+) in row (\d+)", message)
-            if m:
-                raise DataFormatError(
-                    f"{self.path}: field {m.group(1)!r} has mixed types: {m.group(2)} earlier, "
-                    f"{m.group(3)} in row {int(m.group(4)) + 1} of its block. Make the field's "
-                    "type consistent.") from None
-            if "utf" in message.lower() or "invalid" in message.lower() and "encod" in message:
-                line, detail = _first_undecodable_line(self.path, "utf-8")
-                raise DataFormatError(f"{self.path}: invalid UTF-8 at line {line}{detail}; "
-                                      "re-save the file as UTF-8.") from None
-            raise DataFormatError(f"{self.path}: cannot read as JSON Lines: {message}") from None
+            if not (re.search(r"changed from \w+ to \w+", message) and self.null_spellings):
+                raise self._jsonl_problem(message) from None
+        else:
+            return
+        # a number (or boolean) field that spells some missing values as text ("NA"):
+        # read a copy with those strings written as null, from the row that failed
+        yield from _jsonl_spelled_nulls(self, done)
+
+    def _jsonl_reader(self, source: Any) -> Iterator[Any]:
+        import pyarrow.json as pjson
+
+        from reprise.data._nullspell import null_spelled_strings
+
+        reader = pjson.open_json(source, read_options=pjson.ReadOptions(
+            block_size=self.block_size))
+        spellings = self.null_spellings
+        for batch in reader:
+            yield null_spelled_strings(batch, spellings)
+
+    def _jsonl_problem(self, message: str) -> DataFormatError:
+        m = re.search(r"Column\(/([^)]*)\) changed from (\w+) to (\w+) in row (\d+)", message)
+        if m:
+            return DataFormatError(
+                f"{self.path}: field {m.group(1)!r} has mixed types: {m.group(2)} earlier, "
+                f"{m.group(3)} in row {int(m.group(4)) + 1} of its block. Make the field's "
+                "type consistent (write a missing value as null).")
+        if "utf" in message.lower() or "invalid" in message.lower() and "encod" in message:
+            line, detail = _first_undecodable_line(self.path, "utf-8")
+            return DataFormatError(f"{self.path}: invalid UTF-8 at line {line}{detail}; "
+                                   "re-save the file as UTF-8.")
+        return DataFormatError(f"{self.path}: cannot read as JSON Lines: {message}")
 
     def _empty(self) -> DataFormatError:
         return DataFormatError(f"{self.path} is empty: there is nothing to register. "
                                "Check that the export finished.")
+
+
+def _jsonl_spelled_nulls(src: TabularSource, skip_rows: int) -> Iterator[Any]:
+    import pyarrow as pa
+
+    from reprise.data._nullspell import rewrite_jsonl_nulls
+
+    with rewrite_jsonl_nulls(src._open(), src.null_spellings) as clean:
+        try:
+            for batch in src._jsonl_reader(clean):
+                if skip_rows >= batch.num_rows:
+                    skip_rows -= batch.num_rows
+                    continue
+                yield batch.slice(skip_rows)
+                skip_rows = 0
+        except pa.ArrowInvalid as exc:
+            raise src._jsonl_problem(str(exc)) from None
 
 
 def compression_of(name: str) -> str | None:
@@ -260,7 +309,8 @@ def mixed_type_problem(batch: Any, first_row: int, skip: set[str]) -> str | None
             value = column[idx].as_py()
             return (f"column {name!r} has mixed types: {n_numeric} values are numbers but row "
                     f"{first_row + idx + 1} holds {value!r} ({n_text} such values). Fix those "
-                    "rows, or declare the column as text in a schema.")
+                    "rows, or declare the column as text in a schema; if the value means "
+                    f"missing, add it to the null spellings (--na-values 'default,{value}').")
     return None
 
 

@@ -4,7 +4,9 @@ Lookups must not need the database: a fully cached re-run then never imports
 SQLAlchemy (0.26 s on a 2-core machine, half the budget of a no-op re-run). The
 entries are written atomically; the database still gets the full record through
 the run's journal. An entry is only a hit while every output blob it names is in
-the artifact store (``reprise gc`` may have removed them).
+the artifact store (``reprise gc`` may have removed them) and every distribution
+its outputs declared they depend on is installed at the recorded version
+(``requires``, see :mod:`._scope`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from reprise.core._atomic import atomic_write_bytes
 from reprise.core._hashing import is_hash
+from reprise.pipeline._scope import changed_requirements
 
 __all__ = ["CACHE_FORMAT_VERSION", "StepCache"]
 
@@ -42,6 +45,8 @@ class StepCache:
             return None
         if not all(store.exists(o["hash"]) for o in entry.get("outputs", ())):
             return None
+        if entry.get("requires") and changed_requirements(entry["requires"]):
+            return None  # its outputs depend on a distribution that was since upgraded
         return dict(entry)
 
     def put(self, key: str, entry: dict[str, Any]) -> None:

@@ -40,6 +40,7 @@ class Task:
     sys_path: list[str] = field(default_factory=list)
     attempt: int = 1
     run_id: str | None = None  # the pipeline run (not part of the cache key)
+    scope: dict[str, Any] | None = None  # the environment part of the cache key (._scope)
 
 
 @dataclass
@@ -54,6 +55,8 @@ class TaskResult:
     error: str | None = None
     error_type: str | None = None
     pid: int = 0
+    # distribution -> version the outputs turned out to depend on (._scope)
+    requires: dict[str, str] = field(default_factory=dict)
 
 
 #: Artifacts logged inside a step are extra outputs named with this prefix.
@@ -70,10 +73,13 @@ class StepContext:
     ``reprise verify`` and part of the lineage, like a returned output.
     """
 
-    def __init__(self, node: str, store: Any = None, run_id: str | None = None) -> None:
+    def __init__(self, node: str, store: Any = None, run_id: str | None = None,
+                 scope: dict[str, Any] | None = None) -> None:
         self.node = node
         self.store = store
         self.run_id = run_id  # the pipeline run this step execution belongs to
+        self.scope = scope  # the environment part of the step's cache key
+        self.requires: dict[str, str] = {}  # declared with _scope.require_distributions
         self.metrics: list[tuple[str, float, int | None]] = []
         self.artifacts: list[dict[str, Any]] = []
         self.id = f"step:{node}"
@@ -221,7 +227,7 @@ def execute_task(task: Task, store: Any = None) -> TaskResult:
     from reprise.tracking._energy import EnergyMeter
 
     result = TaskResult(node=task.node, pid=os.getpid())
-    ctx = StepContext(task.node, run_id=task.run_id)
+    ctx = StepContext(task.node, run_id=task.run_id, scope=task.scope)
     meter = EnergyMeter(use_nvml=False).start()
     result.started_at = time.time()
     t0 = time.perf_counter()
@@ -276,6 +282,7 @@ def execute_task(task: Task, store: Any = None) -> TaskResult:
         finally:
             meter.close()
     result.metrics = ctx.metrics
+    result.requires = dict(sorted(ctx.requires.items())) if result.error is None else {}
     return result
 
 

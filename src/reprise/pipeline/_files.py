@@ -21,7 +21,11 @@ __all__ = ["Dir", "File", "FileHasher", "PathInput"]
 
 
 class PathInput(os.PathLike[str]):
-    """Base of :class:`File` and :class:`Dir`: a path whose content is the input."""
+    """Base of :class:`File` and :class:`Dir`: a path whose content is the input.
+
+    It stands in for its path wherever one is accepted: ``str()``, ``os.fspath()``,
+    ``open()``, ``pd.read_csv()``, and ``/`` joins (giving a :class:`pathlib.Path`).
+    """
 
     kind = "path"
 
@@ -29,6 +33,9 @@ class PathInput(os.PathLike[str]):
         self.path = Path(path)
 
     def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __str__(self) -> str:
         return str(self.path)
 
     def __repr__(self) -> str:
@@ -40,8 +47,12 @@ class PathInput(os.PathLike[str]):
     def __hash__(self) -> int:
         return hash((type(self).__name__, self.path))
 
-    def __truediv__(self, other: str) -> Path:
+    def __truediv__(self, other: str | os.PathLike[str]) -> Path:
         return self.path / other
+
+    @property
+    def name(self) -> str:
+        return self.path.name
 
     def read_bytes(self) -> bytes:
         return self.path.read_bytes()

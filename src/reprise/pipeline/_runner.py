@@ -29,6 +29,7 @@ from reprise.pipeline._execute import ARTIFACT_PREFIX, Task, TaskResult, module_
 from reprise.pipeline._executors import Executor, LocalExecutor
 from reprise.pipeline._files import FileHasher, PathInput, is_external
 from reprise.pipeline._pipeline import Graph, Node, Pipeline, is_gather
+from reprise.pipeline._scope import step_scope
 from reprise.pipeline._step import StepOutput, join_outputs
 
 __all__ = ["NodeState", "PipelineResult", "StepFailedError", "run_pipeline", "step_seed"]
@@ -314,8 +315,7 @@ def _prepare(ctx: _RunContext, node: Node) -> tuple[str, Task, dict[str, Any]]:
         "code": fp.hash,
         "params": params,
         "inputs": input_hashes,
-        "env": {"python": "%d.%d" % sys.version_info[:2],
-                "distributions": dict(sorted(fp.distributions.items()))},
+        "env": step_scope(fp.distributions),
         "seed": seed,
     }
     key = hash_value(parts)
@@ -323,7 +323,7 @@ def _prepare(ctx: _RunContext, node: Node) -> tuple[str, Task, dict[str, Any]]:
     task = Task(node=node.name, module=step_.module, qualname=step_.qualname,
                 module_file=module_file(step_.module), inputs=task_inputs, seed=seed,
                 artifacts_url=str(ctx.ws.config.artifacts_url), sys_path=ctx.sys_path,
-                run_id=ctx.run.id)
+                run_id=ctx.run.id, scope=parts["env"])
     return key, task, parts
 
 
@@ -366,7 +366,8 @@ def _reuse(ctx: _RunContext, node: Node, entry: dict[str, Any], parts: dict[str,
         "reused_from": st.reused_from, "started_at": time.time(), "ended_at": time.time(),
         "duration": 0.0, "seed": parts["seed"], "code_hash": parts["code"],
         "details": {"key_parts": parts, "callsite": node.callsite,
-                    "original_run": entry.get("run_id")},
+                    "original_run": entry.get("run_id"),
+                    "requires": entry.get("requires") or {}},
         "inputs": _inputs_record(ctx, node), "outputs": st.outputs})
     _log_step_metrics(ctx, node.name, st.metrics)
     if ctx.progress is not None:
@@ -387,7 +388,7 @@ def _finish(ctx: _RunContext, node: Node, key: str, task: Task, parts: dict[str,
         "ended_at": res.ended_at, "duration": res.duration, "energy_joules": res.energy_joules,
         "error": res.error, "seed": task.seed, "code_hash": parts["code"],
         "details": {"key_parts": parts, "callsite": node.callsite, "attempts": st.attempts,
-                    "pid": res.pid},
+                    "pid": res.pid, "requires": res.requires},
         "inputs": _inputs_record(ctx, node), "outputs": st.outputs,
     }
     ctx.run.record_step(record)
@@ -396,6 +397,7 @@ def _finish(ctx: _RunContext, node: Node, key: str, task: Task, parts: dict[str,
         if node.step.cache:
             ctx.cache.put(key, {"step": node.name, "outputs": st.outputs,
                                 "metrics": res.metrics, "duration": res.duration,
+                                "requires": res.requires,
                                 "run_id": ctx.run.id, "step_run_id": st.step_run_id})
     if ctx.progress is not None:
         ctx.progress.update(node.name, st.status, duration=res.duration,

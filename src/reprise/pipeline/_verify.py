@@ -34,6 +34,9 @@ class StepVerdict:
     metric_deltas: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
     determinism: list[dict[str, Any]] = field(default_factory=list)
+    # what changed in the step's environment scope (its cache key's distributions and
+    # the requirements its outputs declared): [{name, recorded, now}]
+    scope_changes: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -95,6 +98,7 @@ def verify_run(ws: Any, run_ref: str, *, steps: Iterable[str] | None = None,
                 for n in names]
     for v in verdicts:
         v.determinism = checks.get(v.step, [])
+        v.scope_changes = _scope_changes(recorded.get(v.step), fresh.get(v.step))
     if failure and not verdicts:
         verdicts.append(StepVerdict(step="<pipeline>", status="failed", error=failure))
     env_changes: list[dict[str, Any]] = []
@@ -253,6 +257,22 @@ def _compare(ws: Any, run_a: str, run_b: str | None, name: str, a: dict[str, Any
             if not o["same"]:
                 _within(ws, o["recorded"], o["now"], float("inf"), deltas, f"{name}.{o['name']}")
     return StepVerdict(step=name, status=status, outputs=outputs, metric_deltas=deltas)
+
+
+def _scope_changes(a: dict[str, Any] | None,
+                   b: dict[str, Any] | None) -> list[dict[str, Any]]:
+    if a is None or b is None:
+        return []
+
+    def scope(st: dict[str, Any]) -> dict[str, Any]:
+        details = st.get("details") or {}
+        env = (details.get("key_parts") or {}).get("env") or {}
+        return {"python": env.get("python"), **(env.get("distributions") or {}),
+                **(details.get("requires") or {})}
+
+    sa, sb = scope(a), scope(b)
+    return [{"name": k, "recorded": sa.get(k), "now": sb.get(k)}
+            for k in sorted(set(sa) | set(sb)) if sa.get(k) != sb.get(k)]
 
 
 def _metric_deltas(ws: Any, run_a: str, run_b: str, step: str) -> list[dict[str, Any]]:

@@ -50,13 +50,16 @@ class PredictResult:
 
 def predict_file(ref: str, source: str, output: str | os.PathLike[str], *,
                  chunk_rows: int = 50_000, workspace: Any = None,
-                 progress: Callable[[int, int | None], None] | None = None) -> PredictResult:
+                 progress: Callable[[int, int | None], None] | None = None,
+                 na_values: Any = None) -> PredictResult:
     """Predict every row of ``source`` with the model ``ref`` into ``output``.
 
     ``source``: a file path (``.csv``/``.tsv`` with optional compression, ``.parquet``,
     ``.jsonl``) or a dataset version ``NAME@N`` / ``NAME@latest``; ``output`` ends in
     ``.parquet`` or ``.csv``. ``progress(rows_done, rows_total_or_None)`` is called
-    after each chunk.
+    after each chunk. ``na_values``: the text read as a missing value in a CSV or JSON
+    Lines input; by default the spellings the model's training data was read with (its
+    signature's ``na_values``), or a dataset version's own.
     """
     from reprise.registry._api import _load, _ws
     from reprise.registry._registry import parse_ref
@@ -69,7 +72,7 @@ def predict_file(ref: str, source: str, output: str | os.PathLike[str], *,
     ws = _ws(workspace)
     rec = parse_ref(ws, ref)
     pkg = _load(ws, rec)
-    reader = _Reader(source, ws, chunk_rows)
+    reader = _Reader(source, ws, chunk_rows, na_values, pkg.signature.na_values)
     t0 = time.perf_counter()
     from reprise.tracking._api import start_run
 
@@ -90,10 +93,13 @@ def predict_file(ref: str, source: str, output: str | os.PathLike[str], *,
 class _Reader:
     """Arrow record batches of ``source``, re-cut to ``chunk_rows``."""
 
-    def __init__(self, source: str, ws: Any, chunk_rows: int) -> None:
+    def __init__(self, source: str, ws: Any, chunk_rows: int, na_values: Any,
+                 trained_with: list[str] | None) -> None:
+        from reprise.core._nulls import resolve_na_values
         from reprise.data._formats import TabularSource, detect_format
 
         self.chunk_rows, self.source = chunk_rows, source
+        given = None if na_values is None else resolve_na_values(na_values)
         self.dataset = None
         path = Path(source)
         if not path.exists() and "@" in source and "/" not in source:
@@ -101,8 +107,10 @@ class _Reader:
 
             self.dataset = Dataset(source, workspace=ws)
             self.label = self.dataset.record.ref
+            self.na_values = given if given is not None else self.dataset.na_values
+            dataset, spellings = self.dataset, self.na_values
             self.batches: Callable[[], Iterator[Any]] = \
-                lambda: self.dataset.batches(chunk_rows)  # type: ignore[union-attr]
+                lambda: dataset.batches(chunk_rows, na_values=spellings)
             self.total: int | None = self.dataset.record.rows
             return
         if not path.is_file():
@@ -111,7 +119,8 @@ class _Reader:
         # 1 MiB text blocks: Arrow's streaming CSV reader keeps many parsed blocks alive
         # (measured: ~275 MB live at 8 MiB blocks, ~34 MB at 1 MiB, no slower), and
         # prediction memory must follow the chunk size, not the reader's buffers
-        src = TabularSource(path, fmt, block_size=_BLOCK)
+        self.na_values = given if given is not None else resolve_na_values(trained_with)
+        src = TabularSource(path, fmt, block_size=_BLOCK, na_values=self.na_values)
         self.label, self.path = str(path), path
         self.batches = lambda: src.batches(chunk_rows)
         self.total = _parquet_rows(path) if fmt == "parquet" else None
@@ -225,7 +234,7 @@ def _record_lineage(ws: Any, run: Any, rec: Any, reader: _Reader, out: Path) -> 
     run.record_step({
         "id": new_id(), "step_name": "predict", "status": "executed", "cache_key": None,
         "started_at": now, "ended_at": now, "duration": 0.0,
-        "details": {"model": rec.ref},
+        "details": {"model": rec.ref, "na_values": list(reader.na_values)},
         "inputs": [{"name": "input", **art, "source": source},
                    {"name": "model", **model, "source": rec.ref}],
         "outputs": [{"name": "predictions", **pred}]})

@@ -9,6 +9,7 @@ from typing import Any
 from reprise.core.errors import UserError
 from reprise.registry._infer import infer_signature
 from reprise.registry._package import ModelPackage, PackageError
+from reprise.registry._requirements import package_environment
 from reprise.registry._signature import Field, Signature
 
 __all__ = ["check_installed_classes", "package_model"]
@@ -20,7 +21,8 @@ def package_model(model: Any, *, sample: Any, target: Any = None, preprocessing:
                   evaluation: Mapping[str, Any] | None = None, task: str | None = None,
                   classes: Sequence[Any] | None = None, example_rows: int = 3,
                   extra_columns: str = "reject", out_of_range: str = "flag",
-                  description: str | None = None) -> ModelPackage:
+                  description: str | None = None,
+                  na_values: Sequence[str] | None = None) -> ModelPackage:
     """A :class:`ModelPackage` of a fitted ``model``.
 
     Args:
@@ -38,6 +40,10 @@ def package_model(model: Any, *, sample: Any, target: Any = None, preprocessing:
         task, classes: override what is inferred ("binary", "multiclass", "regression").
         extra_columns, out_of_range: the serving policy for unknown columns ("reject" or
             "ignore") and for values outside the training range ("flag" or "reject").
+        na_values: the text read as a missing value in the training data's files, which
+            batch prediction then reads input files with; by default the spellings of
+            the dataset version ``sample`` came from (``Dataset.to_pandas()`` and
+            ``to_arrow()`` carry them), else pandas' defaults.
 
     Example:
         >>> import pandas as pd
@@ -57,13 +63,15 @@ def package_model(model: Any, *, sample: Any, target: Any = None, preprocessing:
     outputs = _outputs(task, classes)
     signature = infer_signature(sample, outputs=outputs, task=task, classes=classes,
                                 extra_columns=extra_columns, out_of_range=out_of_range)
+    signature.na_values = _na_values(sample, na_values)
     input_format = _input_format(model, preprocessing, signature, flavor)
+    environment, requirements = package_environment(model, preprocessing, flavor)
     pkg = ModelPackage(flavor=flavor, model=model, signature=signature,
                        input_format=input_format, preprocessing=preprocessing,
                        example=_example(sample, signature, example_rows),
                        card=_card(task, classes, evaluation, description),
                        evaluation=_plain(dict(evaluation)) if evaluation is not None else None,
-                       environment=_environment(), requirements=_requirements())
+                       environment=environment, requirements=requirements)
     try:  # the example must run, or the package could never be warmed up
         pkg.predict_records(pkg.example)
     except UserError:
@@ -73,6 +81,23 @@ def package_model(model: Any, *, sample: Any, target: Any = None, preprocessing:
                         f"({type(exc).__name__}: {exc}); is `sample` the raw training "
                         "features, before preprocessing?") from None
     return pkg
+
+
+def _na_values(sample: Any, given: Sequence[str] | None) -> list[str]:
+    """The missing-value spellings of the training data: given, carried by the sample
+    (pandas ``attrs`` or Arrow schema metadata), or the defaults."""
+    import json
+
+    from reprise.core._nulls import resolve_na_values
+
+    if given is None:
+        attrs = getattr(sample, "attrs", None)
+        if isinstance(attrs, Mapping):
+            given = attrs.get("reprise.na_values")
+        metadata = getattr(getattr(sample, "schema", None), "metadata", None) or {}
+        if given is None and b"reprise.na_values" in metadata:
+            given = json.loads(metadata[b"reprise.na_values"])
+    return list(resolve_na_values(given))
 
 
 def _flavor(model: Any) -> str:
@@ -199,22 +224,3 @@ def _card(task: str, classes: list[Any] | None, evaluation: Mapping[str, Any] | 
     card["gates"] = _plain(gates) if gates else {"passed": None, "results": []}
     card["worst_slice"] = _plain(evaluation.get("worst_slice") or {})
     return card
-
-
-# The stable parts of the environment fingerprint: what the model needs to run the same.
-# (git state changes with every edit and the run records it; GPU and CUDA sections
-# appear only once torch is imported, which must not change the package's bytes.)
-_ENV_SECTIONS = ("python", "os", "cpu", "env_vars", "packages")
-
-
-def _environment() -> dict[str, Any]:
-    from reprise.env import fingerprint
-
-    fp = fingerprint()
-    return _plain({k: fp[k] for k in _ENV_SECTIONS if k in fp})  # type: ignore[no-any-return]
-
-
-def _requirements() -> list[str]:
-    from reprise.env import installed_packages
-
-    return sorted(f"{name}=={version}" for name, version in installed_packages().items())

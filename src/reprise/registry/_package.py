@@ -10,8 +10,9 @@
     example.json            a few input records (warm-up, documentation)
     card.json               task, classes, metrics with intervals, gates, notes
     evaluation.json         the full evaluation the card summarises (optional)
-    environment.json        the environment fingerprint of the process that built it
-    requirements.txt        name==version of every installed distribution there
+    environment.json        the Python minor version it was built with
+    requirements.txt        name==version of the distributions the model's code paths
+                            import (see :mod:`._requirements`); no machine facts
 
 Reading verifies every file against the manifest (a tampered, missing or extra
 file is an error naming it) and loads the model without unpickling: skops with

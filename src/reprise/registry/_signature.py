@@ -16,7 +16,11 @@ Format (JSON)::
                  {"name": "probabilities", "dtype": "float", "shape": [2]}],
      "extra_columns": "reject",      # or "ignore"
      "out_of_range": "flag",         # or "reject"
-     "task": "binary", "classes": [0, 1]}
+     "task": "binary", "classes": [0, 1],
+     "na_values": ["", "NA", ...]}   # text read as missing in the training data's files
+
+``na_values`` (absent: pandas' defaults) is what batch prediction reads a CSV or JSON
+Lines file with, so a row spelled as in training gives the same nulls.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ class Signature:
     out_of_range: str = "flag"
     task: str | None = None
     classes: list[Any] | None = None
+    na_values: list[str] | None = None
 
     def __post_init__(self) -> None:
         if self.extra_columns not in ("reject", "ignore"):
@@ -70,10 +75,13 @@ class Signature:
         return [f.name for f in self.inputs]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"inputs": [f.to_dict() for f in self.inputs],
-                "outputs": [f.to_dict() for f in self.outputs],
-                "extra_columns": self.extra_columns, "out_of_range": self.out_of_range,
-                "task": self.task, "classes": self.classes}
+        out = {"inputs": [f.to_dict() for f in self.inputs],
+               "outputs": [f.to_dict() for f in self.outputs],
+               "extra_columns": self.extra_columns, "out_of_range": self.out_of_range,
+               "task": self.task, "classes": self.classes}
+        if self.na_values is not None:
+            out["na_values"] = list(self.na_values)
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Signature:
@@ -82,14 +90,15 @@ class Signature:
                        outputs=[Field.from_dict(f) for f in d.get("outputs") or []],
                        extra_columns=d.get("extra_columns", "reject"),
                        out_of_range=d.get("out_of_range", "flag"), task=d.get("task"),
-                       classes=d.get("classes"))
+                       classes=d.get("classes"), na_values=d.get("na_values"))
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"not a model signature ({type(exc).__name__}: {exc})") from None
 
     def with_policy(self, *, extra_columns: str | None = None,
                     out_of_range: str | None = None) -> Signature:
         return Signature(self.inputs, self.outputs, extra_columns or self.extra_columns,
-                         out_of_range or self.out_of_range, self.task, self.classes)
+                         out_of_range or self.out_of_range, self.task, self.classes,
+                         self.na_values)
 
     # -- validation --------------------------------------------------------------------
     # Two stages, so that a server can check every request at once and convert to numpy

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from reprise.core import require
 from reprise.registry import ModelSource
 from reprise.serve._http import HTTPError, dumps
-from reprise.serve._oip import model_metadata
+from reprise.serve._oip import EXTENSIONS, model_metadata
 from reprise.serve._server import ServerState
 from reprise.serve._settings import Settings
 
@@ -43,6 +43,7 @@ def create_app(source: ModelSource, refs: list[str], *, settings: Settings | Non
     app = FastAPI(title="Reprise model server", version=__version__,
                           lifespan=state.lifespan, redoc_url=None)
     app.state.reprise = state
+    _error_bodies(app)
     _health_routes(app, state)
     _oip_routes(app, state)
     app.add_middleware(HotPath, state=state)
@@ -63,6 +64,31 @@ def _json(payload: Any, status: int = 200) -> Any:
     from fastapi.responses import Response
 
     return Response(dumps(payload), status_code=status, media_type="application/json")
+
+
+def _error_bodies(app: FastAPI) -> None:
+    """Unknown paths (404) and wrong methods (405) answer with the server's own error
+    body, ``{"error": ...}``, which OIP clients read, instead of ``{"detail": ...}``."""
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+
+    async def http_error(request: Request, exc: Exception) -> Any:
+        from fastapi.responses import Response
+
+        assert isinstance(exc, HTTPException)
+        where = f"{request.method} {request.url.path[:200]}"
+        if exc.status_code == 404:
+            message = f"no endpoint {where}; the endpoints are listed at /docs"
+        elif exc.status_code == 405:
+            allowed = {k.lower(): v for k, v in (exc.headers or {}).items()}.get(
+                "allow", "another method")
+            message = f"method not allowed: {where}; use {allowed}"
+        else:
+            message = str(exc.detail)
+        return Response(dumps({"error": message}), status_code=exc.status_code,
+                        headers=exc.headers, media_type="application/json")
+
+    app.add_exception_handler(HTTPException, http_error)
 
 
 def _health_routes(app: FastAPI, state: ServerState) -> None:
@@ -96,7 +122,8 @@ def _oip_routes(app: FastAPI, state: ServerState) -> None:
     async def server_metadata() -> Any:
         from reprise import __version__
 
-        return _json({"name": "reprise", "version": __version__, "extensions": []})
+        return _json({"name": "reprise", "version": __version__,
+                      "extensions": list(EXTENSIONS)})
 
     @app.get("/v2/health/live", tags=tags, summary="Server live")
     async def live() -> Any:

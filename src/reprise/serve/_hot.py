@@ -17,6 +17,7 @@ from typing import Any
 
 from reprise.core import new_id
 from reprise.serve._batcher import Closed, Overloaded, PredictFailed, Result
+from reprise.serve._binary import Wants, binary_outputs, encode_answer, read_infer
 from reprise.serve._http import (
     ClientGone,
     HTTPError,
@@ -25,7 +26,7 @@ from reprise.serve._http import (
     Send,
     dumps,
     header,
-    loads,
+    parse_json,
     read_body,
     send_bytes,
 )
@@ -98,13 +99,17 @@ class HotPath:
         model: ServedModel | None = None
         kind: str | None = None
         headers: list[tuple[bytes, bytes]] = []
+        content_type = b"application/json"
         try:
-            body = await read_body(scope, receive, self.state.settings.max_body_bytes)
+            limit = self.state.settings.max_body_bytes
+            body = await read_body(scope, receive, limit)
             model = self.state.table.lookup(name, version)
-            payload = _parse(body)
-            answer = await (self._infer(model, payload) if oip
-                            else self._predict(model, payload))
-            status, data = 200, dumps(answer)
+            if oip:
+                status = 200
+                data, headers, content_type = await self._infer(
+                    model, read_infer(scope, body, limit))
+            else:
+                status, data = 200, dumps(await self._predict(model, parse_json(body)))
         except HTTPError as exc:
             status, data, headers, kind = exc.status, dumps(exc.body(oip=oip)), exc.headers, \
                 exc.kind
@@ -113,7 +118,7 @@ class HotPath:
         except Exception as exc:  # a bug of ours: answer, log, keep serving
             error = _internal(exc)
             status, data, kind = 500, dumps(error.body(oip=oip)), error.kind
-        await send_bytes(send, status, data, headers)
+        await send_bytes(send, status, data, headers, content_type)
         if model is not None:
             labels = (model.name, str(model.version))
         else:
@@ -129,25 +134,18 @@ class HotPath:
         result = await _run(model, checked.columns, checked.rows)
         return v1_answer(model, checked, result, columnar)
 
-    async def _infer(self, model: ServedModel, payload: Any) -> dict[str, Any]:
+    async def _infer(self, model: ServedModel, payload: Any,
+                     ) -> tuple[bytes, list[tuple[bytes, bytes]], bytes]:
         checked, request_id, requested = check_infer(model, payload)
+        wants: Wants = binary_outputs(payload)
         self._count_out_of_range(model, checked.out_of_range)
         result = await _run(model, checked.columns, checked.rows)
-        return infer_answer(model, result, checked.rows, request_id, requested)
+        answer = infer_answer(model, result, checked.rows, request_id, requested)
+        return encode_answer(answer, wants)
 
     def _count_out_of_range(self, model: ServedModel, counts: dict[str, int]) -> None:
         if counts:
             self.state.metrics.out_of_range(model.name, str(model.version), counts)
-
-
-def _parse(body: bytes) -> Any:
-    try:
-        return loads(body)
-    except ValueError as exc:
-        where = (f" (line {exc.lineno}, column {exc.colno})"
-                 if hasattr(exc, "lineno") and hasattr(exc, "colno") else "")
-        raise HTTPError(400, f"the request body is not valid JSON{where}",
-                        kind="bad_request") from None
 
 
 async def _run(model: ServedModel, columns: dict[str, Any], rows: int) -> Result:

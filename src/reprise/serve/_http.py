@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 __all__ = ["ClientGone", "HTTPError", "Receive", "Scope", "Send", "dumps", "header",
-           "loads", "read_body", "send_bytes"]
+           "loads", "parse_json", "read_body", "send_bytes"]
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -62,6 +62,17 @@ class HTTPError(Exception):
         if self.error_id is not None:
             out["error_id"] = self.error_id
         return out
+
+
+def parse_json(body: bytes) -> Any:
+    """The request body as JSON, or a 400 that says where it stops being JSON."""
+    try:
+        return loads(body)
+    except ValueError as exc:
+        where = (f" (line {exc.lineno}, column {exc.colno})"
+                 if hasattr(exc, "lineno") and hasattr(exc, "colno") else "")
+        raise HTTPError(400, f"the request body is not valid JSON{where}",
+                        kind="bad_request") from None
 
 
 class ClientGone(Exception):

@@ -9,7 +9,6 @@ in row-major order or nested, errors as ``{"error": "..."}`` with 400 for a bad 
 
 from __future__ import annotations
 
-import math
 import uuid
 from typing import Any
 
@@ -18,8 +17,10 @@ from reprise.serve._batcher import Result
 from reprise.serve._http import HTTPError
 from reprise.serve._models import ServedModel
 
-__all__ = ["DATATYPES", "check_infer", "infer_answer", "model_metadata"]
+__all__ = ["DATATYPES", "EXTENSIONS", "check_infer", "elements", "infer_answer", "model_metadata"]
 
+# advertised in the server metadata; binary_tensor_data is Triton's name (``_binary.py``)
+EXTENSIONS = ("binary_tensor_data",)
 DATATYPES = frozenset({"BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
                        "INT32", "INT64", "FP16", "FP32", "FP64", "BYTES"})
 _INTS = frozenset({"INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"})
@@ -29,6 +30,22 @@ _DATATYPE = {"float": "FP64", "int": "INT64", "bool": "BOOL", "string": "BYTES"}
 _FROM_NUMPY = {"f2": "FP16", "f4": "FP32", "f8": "FP64", "i1": "INT8", "i2": "INT16",
                "i4": "INT32", "i8": "INT64", "u1": "UINT8", "u2": "UINT16", "u4": "UINT32",
                "u8": "UINT64", "b1": "BOOL"}
+
+
+_MOST = 2**63  # more elements than any body holds: products stop growing past it
+
+
+def elements(shape: list[int]) -> int:
+    """The number of elements of ``shape``, or ``2**63 + 1`` for any larger number (a
+    hostile shape of many large dimensions would otherwise make a giant integer)."""
+    if 0 in shape:
+        return 0
+    count = 1
+    for size in shape:
+        count *= size
+        if count > _MOST:
+            return _MOST + 1
+    return count
 
 
 def _tensor(f: Field) -> dict[str, Any]:
@@ -95,8 +112,9 @@ def _column(tensor: Any, fields: dict[str, Field]) -> tuple[str, list[Any], int]
     if not isinstance(data, list):
         raise _bad(f"input {name!r}: \"data\" must be a list (flat row-major, or nested)")
     flat = _flatten(data) if data and isinstance(data[0], list) else data
-    if len(flat) != math.prod(shape):
-        raise _bad(f"input {name!r}: shape {shape} needs {math.prod(shape)} elements; "
+    count = elements(shape)
+    if len(flat) != count:
+        raise _bad(f"input {name!r}: shape {shape} needs {_many(count)} elements; "
                    f"\"data\" has {len(flat)}")
     f = fields.get(name)
     if f is None:  # an extra column: the signature's policy rejects or ignores it
@@ -113,6 +131,10 @@ def _column(tensor: Any, fields: dict[str, Field]) -> tuple[str, list[Any], int]
         raise _bad(f"input {name!r}: shape {shape}; expected [rows, "
                    + ", ".join(map(str, f.shape)) + "]")
     return name, _nest(flat, shape), shape[0]
+
+
+def _many(count: int) -> str:
+    return str(count) if count <= _MOST else f"more than {_MOST}"
 
 
 def _flatten(data: list[Any]) -> list[Any]:

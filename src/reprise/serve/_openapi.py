@@ -28,7 +28,7 @@ _V1_ERROR = {"type": "object", "properties": {
 _TENSOR = {"type": "object", "properties": {
     "name": {"type": "string"}, "shape": {"type": "array", "items": {"type": "integer"}},
     "datatype": {"type": "string"}, "parameters": {"type": "object"},
-    "data": {"type": "array"}}, "required": ["name", "shape", "datatype", "data"]}
+    "data": {"type": "array"}}, "required": ["name", "shape", "datatype"]}
 _OIP_REQUEST = {"type": "object", "properties": {
     "id": {"type": "string"}, "parameters": {"type": "object"},
     "inputs": {"type": "array", "items": _TENSOR},
@@ -66,6 +66,22 @@ def _operation(summary: str, request: dict[str, Any], ok: dict[str, Any],
             "503": _json(error, "Overloaded or loading; see Retry-After")}}}
 
 
+def _binary_form(operation: dict[str, Any]) -> dict[str, Any]:
+    """The binary tensor extension: JSON header, then raw tensors (``_binary.py``)."""
+    raw = {"schema": {"type": "string", "format": "binary"}}
+    post = operation["post"]
+    post["description"] = ("Binary tensor extension: with the header "
+                           "Inference-Header-Content-Length: N, the first N bytes are the "
+                           "JSON request and the rest the inputs' raw little-endian data "
+                           "(parameters.binary_data_size each); outputs asked for with "
+                           "parameters.binary_data(_output) come back the same way. Bodies "
+                           "may be gzip or deflate (Content-Encoding).")
+    post["requestBody"]["content"]["application/octet-stream"] = raw
+    post["responses"]["200"]["content"]["application/octet-stream"] = raw
+    post["responses"]["415"] = _json(_ERROR, "Content-Encoding other than gzip or deflate")
+    return operation
+
+
 def hot_paths() -> dict[str, Any]:
     """Path items for the prediction endpoints."""
     v1 = "Predict with Reprise's JSON (records or columns)"
@@ -76,7 +92,7 @@ def hot_paths() -> dict[str, Any]:
             "422", False),
         "/v1/models/{name}/versions/{version}/predict": _operation(
             v1 + " — one served version", _V1_REQUEST, _V1_RESPONSE, _V1_ERROR, "422", True),
-        "/v2/models/{name}/infer": _operation(v2, _OIP_REQUEST, _OIP_RESPONSE, _ERROR,
-                                              "400", False),
-        "/v2/models/{name}/versions/{version}/infer": _operation(
-            v2, _OIP_REQUEST, _OIP_RESPONSE, _ERROR, "400", True)}
+        "/v2/models/{name}/infer": _binary_form(_operation(
+            v2, _OIP_REQUEST, _OIP_RESPONSE, _ERROR, "400", False)),
+        "/v2/models/{name}/versions/{version}/infer": _binary_form(_operation(
+            v2, _OIP_REQUEST, _OIP_RESPONSE, _ERROR, "400", True))}

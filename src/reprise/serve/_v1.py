@@ -5,6 +5,11 @@ Bodies: ``{"records": [{column: value}, ...]}``, a bare list of records, or
 ``{"model": NAME, "version": V, "predictions": ...}`` — a list with one entry per row
 for records (the value itself when the model has one output, else ``{output: value}``),
 or ``{output: [values]}`` for columns; ``out_of_range`` counts flagged values per field.
+
+A missing value is JSON ``null``, here and in OIP tensors; strings are taken as sent
+(``"NA"`` is a string, not a missing value, unlike in a CSV file read by ``reprise
+predict``): a JSON client can always say ``null``, and rewriting a value it sent on
+purpose would be silent.
 """
 
 from __future__ import annotations

@@ -91,6 +91,12 @@ class BaseMetadataStore(abc.ABC):
         """Runs matching ``flt``, newest first unless ordered by a metric."""
 
     @abc.abstractmethod
+    def run_ids_around(self, first: str, last: str) -> list[str]:
+        """Sorted ids of all runs (nested ones too) from ``first`` to ``last``, plus the
+        nearest id on each side: all that decides which prefixes of the ids in that
+        range are unique (ids sort by creation time, so neighbours share prefixes)."""
+
+    @abc.abstractmethod
     def running_run_ids(self) -> list[str]:
         """Ids of runs whose status is still ``running``."""
 

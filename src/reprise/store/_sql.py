@@ -350,6 +350,17 @@ class SqlMetadataStore(SqlRegistryMixin, BaseMetadataStore):
             for row in conn.execute(sa.select(s.tags).where(s.tags.c.run_id.in_(chunk))):
                 by_id[row.run_id].tags[row.key] = row.value
 
+    def run_ids_around(self, first: str, last: str) -> list[str]:
+        col = s.runs.c.id
+        with self.engine.connect() as conn:
+            inside = [r[0] for r in conn.execute(
+                sa.select(col).where(col >= first, col <= last).order_by(col))]
+            below = conn.execute(sa.select(col).where(col < first)
+                                 .order_by(col.desc()).limit(1)).scalar()
+            above = conn.execute(sa.select(col).where(col > last)
+                                 .order_by(col).limit(1)).scalar()
+        return ([below] if below else []) + inside + ([above] if above else [])
+
     def running_run_ids(self) -> list[str]:
         with self.engine.connect() as conn:
             q = sa.select(s.runs.c.id).where(s.runs.c.status == RunStatus.RUNNING.value)

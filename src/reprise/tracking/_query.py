@@ -12,7 +12,7 @@ from reprise.core.errors import UserError
 from reprise.store._metadata_base import RunFilter
 from reprise.store._workspace import Workspace
 
-__all__ = ["compare_runs", "describe_run", "env_diff", "list_runs", "run_dict"]
+__all__ = ["compare_runs", "describe_run", "env_diff", "list_runs", "run_dict", "short_run_ids"]
 
 
 def run_dict(r: RunRecord, latest: dict[str, MetricPoint] | None = None) -> dict[str, Any]:
@@ -54,6 +54,18 @@ def list_runs(
     records = ws.metadata.list_runs(flt)
     latest = ws.metadata.latest_metrics([r.id for r in records])
     return [run_dict(r, latest[r.id]) for r in records]
+
+
+def short_run_ids(ws: Workspace, ids: list[str]) -> dict[str, str]:
+    """Each id's shortest prefix (8 characters or more) that names it alone among *all*
+    runs, nested ones included, so that any command taking a RUN accepts it."""
+    from reprise.core._ids import shortest_unique_prefixes
+
+    if not ids:
+        return {}
+    every = ws.metadata.run_ids_around(min(ids), max(ids))
+    short = shortest_unique_prefixes(every)
+    return {i: short.get(i, i) for i in ids}
 
 
 def describe_run(ws: Workspace, run_id: str) -> dict[str, Any]:

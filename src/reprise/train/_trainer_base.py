@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("reprise.train")
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
-INPUT_BOUND_FRACTION = 0.10
 DEFAULT_CHECKPOINT_EVERY = 1000
 
 

@@ -11,8 +11,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from reprise.train._advice import input_bound_advice
 from reprise.train._trainer_base import (
-    INPUT_BOUND_FRACTION,
     _TrainerBase,
 )
 
@@ -127,8 +127,7 @@ class _ReportMixin(_TrainerBase):
             out.update({"checkpoints": self.checkpoints.count,
                         "checkpoint_seconds": self.checkpoints.seconds,
                         "checkpoint_fraction": self.checkpoints.seconds / wall if wall else 0.0})
-        out["input_bound"] = bool(self.profile and out.get("data_wait_fraction", 0)
-                                  > INPUT_BOUND_FRACTION)
+        out["input_bound"] = input_bound_advice(out) is not None
         return out
 
     def _report(self, summary: dict[str, Any]) -> None:
@@ -148,7 +147,6 @@ class _ReportMixin(_TrainerBase):
             parts.append(f"checkpoints {summary['checkpoints']} "
                          f"({100 * summary['checkpoint_fraction']:.1f}% of the time)")
         self._say("trained: " + ", ".join(parts))
-        if summary["input_bound"]:
-            self._say(f"input-bound: {100 * summary['data_wait_fraction']:.0f}% of step time "
-                      "was spent waiting for data; raise num_workers / prefetch, or cache the "
-                      "data in memory", logging.WARNING)
+        advice = input_bound_advice(summary)
+        if advice is not None:
+            self._say(advice, logging.WARNING)

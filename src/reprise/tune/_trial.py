@@ -27,7 +27,7 @@ __all__ = ["FunctionObjective", "Objective", "PipelineObjective", "TrialOutcome"
 
 
 class Objective:
-    """What a trial evaluates; picklable, so a worker process can run it."""
+    """What a trial evaluates; sent to worker processes by value (cloudpickle)."""
 
     name: str = "objective"
 
@@ -46,14 +46,6 @@ class FunctionObjective(Objective):
 
     def __call__(self, params: dict[str, Any], trial: Any) -> float:
         return _as_value(self.fn(params if params or trial is None else trial), self.name)
-
-    def check_picklable(self) -> None:
-        qual = getattr(self.fn, "__qualname__", "")
-        if "<locals>" in qual or "<lambda>" in qual:
-            raise UserError(f"with workers > 1 the objective runs in worker processes, which "
-                            f"import it by name; {qual!r} is not importable. Define it at the "
-                            "top level of a module (guard the tuning call with "
-                            "`if __name__ == '__main__':` in a script)")
 
 
 class PipelineObjective(Objective):

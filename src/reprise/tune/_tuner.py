@@ -220,8 +220,6 @@ def _settings(ws: Any, name: str, space: SearchSpace | None, obj: Objective,
         raise UserError("give n_trials (--trials) or timeout (--timeout), or both")
     if isinstance(obj, PipelineObjective):
         obj.check(list(space.spec) if space else [])
-    if kw["workers"] > 1 and isinstance(obj, FunctionObjective):
-        obj.check_picklable()
     study = kw["study"] or name
     return _Settings(study=study, storage=storage_url(ws), direction=kw["direction"],
                      sampler=kw["sampler"], pruner=kw["pruner"], warmup=kw["warmup"],
@@ -267,9 +265,14 @@ class _Tuner:
     def __init__(self, ws: Any, objective: Objective, space: SearchSpace | None,
                  s: _Settings) -> None:
         self.ws, self.objective, self.space, self.s = ws, objective, space, s
+        self.payload = _pack(objective) if s.workers > 1 else b""  # refused before the study
         self.dists = space.distributions() if space is not None else None
         self.outcomes: list[TrialOutcome] = []
         self.in_flight: dict[int, TrialTask] = {}
+        # trials this tuner has taken on (asked, or adopted from a dead tuner) and not yet
+        # told: RUNNING in the study while queued, in flight, or finished and waiting for
+        # their batch to be told in order, but never stale
+        self.mine: set[int] = set()
         self.failure: TrialOutcome | None = None
         self.me = {"host": socket.gethostname(), "pid": os.getpid()}
         self._last_sweep = 0.0
@@ -315,7 +318,7 @@ class _Tuner:
                               tags={"reprise.study": self.s.study})
         self.t0 = time.monotonic()
         beat = _Heartbeat(self.storage, self.s.heartbeat)
-        runner = _runner(self.s.workers, self.objective, self.study)
+        runner = _runner(self.s.workers, self.objective, self.payload, self.study)
         try:
             with beat:
                 self.beat = beat
@@ -383,8 +386,7 @@ class _Tuner:
         """Running trials of this study that no worker of this tuner runs."""
         from optuna.trial import TrialState
 
-        return any(t._trial_id not in self.in_flight and
-                   not any(a.trial_id == t._trial_id for a in self._adopted)
+        return any(t._trial_id not in self.mine
                    for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
 
     def _may_ask(self) -> bool:
@@ -432,6 +434,7 @@ class _Tuner:
         return tasks
 
     def _task(self, number: int, trial_id: int, params: dict[str, Any]) -> TrialTask:
+        self.mine.add(trial_id)
         return TrialTask(number=number, trial_id=trial_id, params=params, study=self.s.study,
                          storage=self.s.storage, workspace=str(self.ws.root),
                          parent_run=self.run_.id, seed=_mix(self.s.seed, number),
@@ -475,6 +478,7 @@ class _Tuner:
         from optuna.trial import TrialState
 
         self.outcomes.append(out)
+        self.mine.discard(out.trial_id)
         if len(self.outcomes) - self._ingested >= 50:
             self._ingest_trials()
         state = {"complete": TrialState.COMPLETE, "pruned": TrialState.PRUNED,
@@ -503,7 +507,7 @@ class _Tuner:
         self._last_sweep = now
         grace = 3 * self.s.heartbeat
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if t._trial_id in self.in_flight:
+            if t._trial_id in self.mine:
                 continue
             owner = t.system_attrs.get(_OWNER) or {}
             beat = owner.get("beat") or (t.datetime_start.timestamp()
@@ -635,14 +639,16 @@ class _Heartbeat:
             self.ids.pop(trial_id, None)
 
     def _beat(self) -> None:
+        # Beats are written under the lock: once discard() returns, no beat of that trial
+        # can follow the trial's tell in the journal (Optuna refuses a journal in which this
+        # process wrote to a finished trial, at every later sync).
         while not self._stop.wait(self.interval):
             with self._lock:
-                ids = list(self.ids.items())
-            for tid, run_id in ids:
-                try:
-                    self._write(tid, run_id)
-                except Exception:  # noqa: BLE001 - finished meanwhile; the next beat skips it
-                    self.discard(tid)
+                for tid, run_id in list(self.ids.items()):
+                    try:
+                        self._write(tid, run_id)
+                    except Exception:  # noqa: BLE001 - finished elsewhere; beat it no more
+                        self.ids.pop(tid, None)
 
 
 class _Inline:
@@ -669,10 +675,16 @@ class _Inline:
         return None
 
 
-def _runner(workers: int, objective: Objective, study: Any) -> Any:
+def _pack(objective: Objective) -> bytes:
+    from reprise.tune._workers import pack_objective
+
+    return pack_objective(objective)
+
+
+def _runner(workers: int, objective: Objective, payload: bytes, study: Any) -> Any:
     if workers == 1:
         return _Inline(objective, study)
     from reprise.tune._workers import WorkerPool
 
-    return WorkerPool(workers, objective)
+    return WorkerPool(workers, payload)
 
