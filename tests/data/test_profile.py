@@ -19,17 +19,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reprise.core.errors import ConfigError, InvalidNameError, UserError
-from reprise.data import _profile
+from reprise.data import _profile, _sketches
 from reprise.data._formats import DataFormatError
 from reprise.data._profile import (
     DISTINCT_CAP,
-    column_type_changes,
-    diff_profiles,
     profile_batches,
     profile_files,
     profile_parquet,
     profile_table,
 )
+from reprise.data._profile_diff import column_type_changes, diff_profiles
 
 QS = [0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99]
 _MINUTE = 60_000_000  # microseconds
@@ -280,7 +279,7 @@ def test_integer_histogram_is_exact_above_the_sample_size() -> None:
 def test_fine_histogram_counts_do_not_depend_on_batches() -> None:
     rng = np.random.default_rng(2)
     parts = [rng.normal(0, 10.0 ** i, 5000) for i in range(6)]  # the range keeps growing
-    a, b = _profile._FineHistogram(), _profile._FineHistogram()
+    a, b = _sketches._FineHistogram(), _sketches._FineHistogram()
     lo = hi = 0.0
     for x in parts:
         lo, hi = min(lo, float(x.min())), max(hi, float(x.max()))
@@ -332,7 +331,7 @@ def test_approximate_top_counts_are_bounded_lower_bounds() -> None:
     truth = collections.Counter(values)
     assert col["top_exact"] is False
     assert col["top"][0][0] == "hot" and col["top"][1][0] == "warm"
-    bound = len(values) / (_profile.MG_CAPACITY + 1)
+    bound = len(values) / (_sketches.MG_CAPACITY + 1)
     for value, count in col["top"]:
         assert truth[value] - bound <= count <= truth[value]
 

@@ -14,6 +14,7 @@ import pytest
 
 from reprise.pipeline import PipelineDefinitionError, pipeline, step
 from reprise.pipeline import _fingerprint as fpmod
+from reprise.pipeline import _walker as walkmod
 from reprise.pipeline._pipeline import Graph, Node
 from reprise.pipeline._runner import step_seed
 
@@ -120,8 +121,8 @@ def test_package_upgrade_changes_key(tmp_path: Path, monkeypatch: pytest.MonkeyP
                + "\ndef uses_numpy(x):\n    return np.asarray(x)\n")
     before = fpmod.code_fingerprint(mod.uses_numpy)
     assert "numpy" in before.distributions
-    real = fpmod._dist_version
-    monkeypatch.setattr(fpmod, "_dist_version",
+    real = walkmod._dist_version
+    monkeypatch.setattr(walkmod, "_dist_version",
                         lambda name: "999.0" if name == "numpy" else real(name))
     after = fpmod.code_fingerprint(mod.uses_numpy)
     assert after.distributions["numpy"] == "999.0" and after.hash != before.hash

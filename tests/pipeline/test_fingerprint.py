@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 import reprise.pipeline._fingerprint as fpmod
+import reprise.pipeline._walker as walkmod
 from reprise.pipeline._fingerprint import (
     CodeFingerprint,
     code_fingerprint,
@@ -307,7 +308,7 @@ def test_third_party_distributions_and_their_versions_count(
     # numpy: imported by the helper module the step reaches; sqlalchemy: by the step's own.
     assert base.distributions["numpy"] == importlib.metadata.version("numpy")
     assert base.distributions["sqlalchemy"] == importlib.metadata.version("sqlalchemy")
-    monkeypatch.setattr(fpmod, "_dist_version", lambda name: "0.0+upgraded")
+    monkeypatch.setattr(walkmod, "_dist_version", lambda name: "0.0+upgraded")
     upgraded = fingerprint("direct")
     assert upgraded.distributions["numpy"] == "0.0+upgraded"
     assert upgraded.hash != base.hash

@@ -23,6 +23,7 @@ from reprise.store import (
     FsspecArtifactStore,
     LocalArtifactStore,
     Materializer,
+    _materializer,
     load_object,
     materializer_by_name,
     materializer_for,
@@ -208,7 +209,7 @@ def test_large_objects_spill_to_a_temp_file(store: BaseArtifactStore, frame: pd.
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     objs = [np.arange(1000.0).reshape(10, 100), frame, pa.table({"a": list(range(100))})]
     in_memory = [save_object(store, o).hash for o in objs]
-    monkeypatch.setattr(mat, "_SPILL_BYTES", 0)
+    monkeypatch.setattr(_materializer, "_SPILL_BYTES", 0)
     for obj, h in zip(objs, in_memory, strict=True):
         rec, back = roundtrip(store, obj)
         assert rec.hash == h

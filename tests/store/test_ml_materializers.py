@@ -24,14 +24,16 @@ from reprise.core.errors import IntegrityError, MaterializerError
 from reprise.store import (
     BaseArtifactStore,
     LocalArtifactStore,
+    _materializer,
     _ml,
+    _torch,
     load_object,
     open_artifact_store,
     save_object,
 )
-from reprise.store import _materializers as mat
 from reprise.store._materializers import materializer_for_type
-from reprise.store._ml import build_module, load_estimator, module_spec, save_estimator
+from reprise.store._ml import load_estimator, save_estimator
+from reprise.store._torch import build_module, module_spec
 from tests.store._ml_models import Doubler, Opaque, Shifter, TiedLM, TinyNet, Wrapper
 
 
@@ -213,7 +215,7 @@ def test_weights_that_no_longer_fit_the_class_are_an_error(
         store: BaseArtifactStore, monkeypatch: pytest.MonkeyPatch) -> None:
     model = Opaque(3)
     model.reprise_init_args = {"size": 4}
-    monkeypatch.setattr(_ml, "_check_rebuild", lambda model, spec: None)
+    monkeypatch.setattr(_torch, "_check_rebuild", lambda model, spec: None)
     rec = save_object(store, model)
     with pytest.raises(MaterializerError, match="do not fit.*Opaque"):
         load_object(store, rec.hash, rec.materializer, rec.meta)
@@ -223,7 +225,7 @@ def test_large_models_spill_to_a_temp_file(store: BaseArtifactStore,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     model = TinyNet(3)
     in_memory = save_object(store, model).hash
-    monkeypatch.setattr(mat, "_SPILL_BYTES", 0)
+    monkeypatch.setattr(_materializer, "_SPILL_BYTES", 0)
     rec, back = roundtrip(store, model)
     assert rec.hash == in_memory
     assert_same_state(model, back)

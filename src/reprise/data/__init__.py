@@ -28,9 +28,9 @@ _EXPORTS: dict[str, str] = {
     "profile_batches": "reprise.data._profile",
     "profile_table": "reprise.data._profile",
     "profile_parquet": "reprise.data._profile",
-    "diff_profiles": "reprise.data._profile",
+    "diff_profiles": "reprise.data._profile_diff",
     "profile_files": "reprise.data._profile",
-    "column_type_changes": "reprise.data._profile",
+    "column_type_changes": "reprise.data._profile_diff",
     "validate_name": "reprise.data._dataset",
     "split": "reprise.data._split",
     "assign_splits": "reprise.data._split",
@@ -84,13 +84,12 @@ if TYPE_CHECKING:
     from reprise.data._formats import DataFormatError, TabularSource
     from reprise.data._loader import SeededSampler, make_loader, worker_init
     from reprise.data._profile import (
-        column_type_changes,
-        diff_profiles,
         profile_batches,
         profile_files,
         profile_parquet,
         profile_table,
     )
+    from reprise.data._profile_diff import column_type_changes, diff_profiles
     from reprise.data._split import assign_splits, split
     from reprise.data._validate import ValidationError, ValidationReport, validate_frame
 

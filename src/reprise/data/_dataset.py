@@ -217,7 +217,7 @@ def _source_path(source: Any, fmt: str | None, tmp: Path) -> tuple[Path, str, st
         return path, detect_format(path, fmt), str(path)
     table = _as_arrow(source)
     out = tmp / "table.parquet"
-    from reprise.store._materializers import _write_parquet
+    from reprise.store._value_materializers import _write_parquet
 
     with open(out, "wb") as f:
         _write_parquet(table, f)
@@ -412,7 +412,7 @@ def summarise_datasets(*, workspace: Any = None) -> list[dict[str, Any]]:
 def diff_datasets(old: str, new: str, *, workspace: Any = None) -> dict[str, Any]:
     """What changed between two versions: whether the bytes are identical, and the
     profile diff when both profiles are comparable (two tables, or two folders)."""
-    from reprise.data._profile import diff_profiles
+    from reprise.data._profile_diff import diff_profiles
 
     ws = _workspace(workspace)
     a, b = get_dataset(old, workspace=ws), get_dataset(new, workspace=ws)

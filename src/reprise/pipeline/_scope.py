@@ -44,7 +44,7 @@ def module_distributions(modules: Iterable[str]) -> dict[str, str]:
         >>> list(module_distributions(["numpy.linalg", "os"]))
         ['numpy']
     """
-    from reprise.pipeline._fingerprint import _dist_version
+    from reprise.pipeline._modkind import _dist_version
 
     found: dict[str, str] = {}
     for module in set(modules):
@@ -78,7 +78,7 @@ def require_distributions(distributions: Mapping[str, str]) -> None:
 
 def changed_requirements(requires: Mapping[str, str]) -> dict[str, tuple[str, str]]:
     """``{name: (recorded, installed)}`` for each declared requirement that changed."""
-    from reprise.pipeline._fingerprint import _dist_version
+    from reprise.pipeline._modkind import _dist_version
 
     return {name: (version, _dist_version(name)) for name, version in sorted(requires.items())
             if _dist_version(name) != version}

@@ -19,8 +19,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from reprise.core._lazy import lazy_attributes
+from reprise.registry._infer import infer_signature
 from reprise.registry._servable import ModelSource, Servable
-from reprise.registry._signature import Field, FieldError, Signature, Validated, infer_signature
+from reprise.registry._signature import Field, FieldError, Signature, Validated
 
 _LAZY: dict[str, str] = {
     "ModelPackage": "reprise.registry._package",

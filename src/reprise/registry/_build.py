@@ -7,9 +7,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from reprise.core.errors import UserError
+from reprise.registry._infer import infer_signature
 from reprise.registry._package import ModelPackage, PackageError
 from reprise.registry._requirements import package_environment
-from reprise.registry._signature import Field, Signature, infer_signature
+from reprise.registry._signature import Field, Signature
 
 __all__ = ["check_installed_classes", "package_model"]
 
@@ -100,7 +101,7 @@ def _na_values(sample: Any, given: Sequence[str] | None) -> list[str]:
 
 
 def _flavor(model: Any) -> str:
-    from reprise.store._materializers import _instance_of
+    from reprise.store._materializer import _instance_of
 
     if _instance_of(model, "sklearn.base", "BaseEstimator"):
         if not hasattr(model, "predict"):
@@ -108,7 +109,7 @@ def _flavor(model: Any) -> str:
                             "estimator or Pipeline that ends in one")
         return "sklearn"
     if _instance_of(model, "torch.nn", "Module"):
-        from reprise.store._ml import module_spec
+        from reprise.store._torch import module_spec
 
         check_installed_classes(module_spec(model), type(model).__qualname__)
         return "torch"
@@ -191,7 +192,7 @@ def _input_format(model: Any, prep: Any, sig: Signature, flavor: str) -> str:
 
 
 def _example(sample: Any, sig: Signature, rows: int) -> list[dict[str, Any]]:
-    from reprise.registry._signature import _columns_of
+    from reprise.registry._infer import _columns_of
 
     columns = _columns_of(sample)
     n = min(rows, min(len(v) for v in columns.values()))

@@ -33,7 +33,8 @@ from typing import Any
 from reprise.core._hashing import hash_file
 from reprise.core.errors import MaterializerError
 from reprise.registry._signature import Signature
-from reprise.store._materializers import DirMaterializer, Materializer
+from reprise.store._materializer import Materializer
+from reprise.store._path_materializers import DirMaterializer
 
 __all__ = ["FORMAT", "ModelPackage", "PackageError", "PackageMaterializer", "read_package"]
 
@@ -127,7 +128,7 @@ def _torch_bytes(model: Any) -> bytes:
     """The torch-module materializer's bytes (safetensors weights, architecture in the
     header), taken from an in-memory store so the package holds them as a file."""
     from reprise.store._artifacts import open_artifact_store
-    from reprise.store._ml import TorchModuleMaterializer
+    from reprise.store._torch import TorchModuleMaterializer
 
     with tempfile.TemporaryDirectory(prefix="reprise-pkg-") as tmp:
         store = open_artifact_store(tmp)
@@ -205,7 +206,7 @@ def _load_torch(path: Path) -> Any:
     """A torch module from the package; its classes must come from installed packages."""
     from reprise.registry._build import check_installed_classes
     from reprise.store._artifacts import open_artifact_store
-    from reprise.store._ml import TorchModuleMaterializer, _read_tensors
+    from reprise.store._torch import TorchModuleMaterializer, _read_tensors
 
     with tempfile.TemporaryDirectory(prefix="reprise-pkg-") as tmp:
         store = open_artifact_store(tmp)

@@ -35,7 +35,7 @@ def package_environment(model: Any, preprocessing: Any,
     modules = {"reprise", *_object_modules(preprocessing)}
     if flavor == "torch":
         from reprise.registry._build import _classes
-        from reprise.store._ml import module_spec
+        from reprise.store._torch import module_spec
 
         modules |= {"torch", *(path.partition(":")[0] for path in _classes(module_spec(model)))}
     else:

@@ -165,7 +165,7 @@ def choose_batch(trainer: Any, probe_loader: Any, *, n_samples: int | None,
     probe = next(iter(probe_loader))
     device = trainer.device
     if device.type != "cpu":
-        from reprise.train._trainer import _to_device
+        from reprise.train._trainer_base import _to_device
 
         probe = _to_device(probe, device, False)
 

@@ -1,0 +1,147 @@
+"""Column values as numpy arrays, and their 64-bit hashes for distinct counts and samples.
+
+Numbers hash through SplitMix64's finaliser (a bijection, so exact counts of numbers have
+no collisions); strings hash by their UTF-8 bytes, eight at a time, in numpy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_CHUNK = 1 << 15  # values per numpy pass where several passes follow: they stay in cache
+_U64 = np.uint64
+_Array = np.ndarray[Any, Any]
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t)
+                or pa.types.is_string_view(t))
+
+
+def _is_temporal(t: pa.DataType) -> bool:
+    """Dates, times, timestamps and durations: one integer each (intervals are not)."""
+    return bool(pa.types.is_temporal(t) and not pa.types.is_interval(t))
+
+
+def _int64_values(arr: pa.Array) -> _Array:
+    width = pa.int32() if arr.type.bit_width == 32 else pa.int64()
+    return np.asarray(arr.view(width).to_numpy(), dtype=np.int64)
+
+
+def _float64_values(arr: pa.Array) -> _Array:
+    """The values as float64, NaN where null (zero-copy for a float64 array without nulls)."""
+    if arr.null_count == 0 and (pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type)):
+        return np.asarray(arr.to_numpy(), dtype=np.float64)  # numpy converts faster than Arrow
+    if not pa.types.is_float64(arr.type):
+        arr = arr.cast(pa.float64())
+    return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+_M1, _M2 = _U64(0xBF58476D1CE4E5B9), _U64(0x94D049BB133111EB)
+_GOLDEN = _U64(0x9E3779B97F4A7C15)
+_S27, _S30, _S31 = _U64(27), _U64(30), _U64(31)
+_TAIL_MASKS = np.array([(1 << (8 * i)) - 1 for i in range(8)] + [(1 << 64) - 1], dtype=_U64)
+
+
+def _mix64(h: _Array) -> _Array:
+    """SplitMix64's finaliser, in place: a bijection on 64 bits that scatters nearby inputs."""
+    h ^= h >> _S30
+    h *= _M1
+    h ^= h >> _S27
+    h *= _M2
+    h ^= h >> _S31
+    return h
+
+
+def _hash_numbers(values: _Array, below: Any = None) -> _Array:
+    """Hashes of integers or floats (bit patterns, -0.0 folded into 0.0), keeping only those
+    ``< below`` when given; computed a cache-sized chunk at a time."""
+    scratch = np.empty(min(len(values), _CHUNK), dtype=_U64)
+    floats = values.dtype.kind == "f"
+    out = []
+    for i in range(0, len(values), _CHUNK):
+        c = values[i : i + _CHUNK]
+        h = scratch[: len(c)]
+        if floats:
+            np.add(c, 0.0, out=h.view(np.float64))
+        else:
+            np.copyto(h.view(np.int64), c, casting="unsafe")  # uint64 wraps: still one-to-one
+        _mix64(h)
+        out.append(h[h < below] if below is not None else h.copy())
+    return np.concatenate(out) if out else np.empty(0, dtype=_U64)
+
+
+def _hash_values(values: pa.Array) -> _Array:
+    """64-bit hashes of the non-null values of any hashable type (consistent per type)."""
+    t = values.type
+    if _is_text(t):
+        return _hash_strings(values)
+    if pa.types.is_integer(t) or pa.types.is_boolean(t):
+        return _hash_numbers(np.asarray(values.to_numpy(zero_copy_only=False)).astype(np.int64))
+    if _is_temporal(t):
+        return _hash_numbers(_int64_values(values))
+    return _hash_numbers(_float64_values(values))
+
+
+def _hash_strings(arr: pa.Array) -> _Array:
+    """A 64-bit hash per string, vectorised over the Arrow buffers eight bytes at a time.
+
+    Each string's words (the last one masked to its length) are folded into a state
+    seeded with the length, then finalised with SplitMix64. Strings are taken a
+    cache-sized chunk at a time. Nulls hash as empty strings; callers drop them first.
+    """
+    if pa.types.is_string_view(arr.type):
+        arr = arr.cast(pa.large_string())
+    parts = [_hash_string_chunk(arr.slice(i, _CHUNK // 2)) for i in range(0, len(arr), _CHUNK // 2)]
+    return np.concatenate(parts) if parts else np.empty(0, dtype=_U64)
+
+
+def _string_offsets(arr: pa.Array) -> _Array:
+    width = np.int64 if pa.types.is_large_string(arr.type) else np.int32
+    return np.frombuffer(arr.buffers()[1], dtype=width, count=len(arr) + 1,
+                         offset=arr.offset * np.dtype(width).itemsize)
+
+
+def _hash_string_chunk(arr: pa.Array) -> _Array:
+    off = _string_offsets(arr)
+    base, end = int(off[0]), int(off[-1])
+    data = np.zeros(end - base + 8, dtype=np.uint8)  # 8 spare bytes: every word read is whole
+    if end > base:
+        data[: end - base] = np.frombuffer(arr.buffers()[2], dtype=np.uint8, count=end - base,
+                                           offset=base)
+    words = np.ndarray(shape=(len(data) - 7,), dtype="<u8", buffer=data, strides=(1,))
+    starts, lens = (off[:-1] - base).astype(np.int64), np.diff(off).astype(np.int64)
+    h = lens.astype(_U64) * _GOLDEN
+    rows: _Array | None = None  # the strings still being folded (None: all)
+    for k in range((int(lens.max()) + 7) // 8):
+        if k:
+            live = lens > 8 * k
+            if not live.all():
+                sel = np.flatnonzero(live)
+                rows = sel if rows is None else rows[sel]
+                starts, lens = starts[sel], lens[sel]
+        w = words[starts + 8 * k] & _TAIL_MASKS[np.minimum(lens - 8 * k, 8)]
+        g = h if rows is None else h[rows]
+        g ^= w
+        g *= _M1
+        g ^= g >> _S27
+        if rows is not None:
+            h[rows] = g
+    return _mix64(h)
+
+
+def _char_lengths(arr: pa.Array) -> _Array:
+    """Length in characters of each (non-null) string: byte lengths when all are ASCII."""
+    if pa.types.is_string_view(arr.type):
+        return np.asarray(pc.utf8_length(arr).to_numpy())
+    off = _string_offsets(arr)
+    base, end = int(off[0]), int(off[-1])
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8, count=end - base, offset=base) \
+        if end > base else np.zeros(1, dtype=np.uint8)
+    if int(data.max()) < 0x80:
+        return np.diff(off)
+    return np.asarray(pc.utf8_length(arr).to_numpy())

@@ -1,0 +1,124 @@
+"""What the parts of the :class:`~reprise.train.Trainer` share: its constants, the
+logger, small batch helpers and the base class whose attributes the mixins use.
+
+The Trainer is one class assembled from mixins (set-up, data, checkpoints, reporting),
+each in its own module; ``_TrainerBase`` declares the state they share, all of which
+``Trainer.__init__`` sets.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from reprise.train._callbacks import Callback, EarlyStopping
+
+log = logging.getLogger("reprise.train")
+PRECISIONS = ("32", "bf16-mixed", "16-mixed")
+DEFAULT_CHECKPOINT_EVERY = 1000
+
+
+def _len_of(batch: Any) -> int:
+    """Samples in a batch: the first dimension of its first tensor."""
+    if hasattr(batch, "shape"):
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, Mapping):
+        for v in batch.values():
+            return _len_of(v)
+    if isinstance(batch, list | tuple) and batch:
+        return _len_of(batch[0])
+    return 1
+
+
+def _to_device(batch: Any, device: Any, non_blocking: bool) -> Any:
+    if hasattr(batch, "to") and hasattr(batch, "shape"):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, Mapping):
+        return {k: _to_device(v, device, non_blocking) for k, v in batch.items()}
+    if isinstance(batch, list | tuple):
+        return type(batch)(_to_device(v, device, non_blocking) for v in batch)
+    return batch
+
+
+def _mix(*parts: int) -> int:
+    from reprise.data._loader import _mix as mix
+
+    return mix(*parts) >> 1
+
+
+class _TrainerBase:
+    """The state every part of the Trainer reads or writes; ``Trainer.__init__`` sets it all."""
+
+    # configuration: the constructor's arguments, checked
+    module: Any
+    _optimizer_arg: Any
+    _scheduler_arg: Any
+    max_epochs: int | None
+    max_steps: int | None
+    precision: str
+    accumulate: int
+    early_stopping: EarlyStopping | None
+    device_arg: Any
+    compile: bool
+    deterministic: bool
+    seed: int | None
+    checkpoint_dir: Path | None
+    keep_last: int
+    resume: str | os.PathLike[str] | None
+    batch_size: int | Literal["auto"]
+    target_batch_size: int | None
+    memory_budget: int | None
+    label: str | None
+    columns: Sequence[str] | None
+    num_workers: int
+    profile: bool
+    callbacks: list[Callback]
+    # progress: what a checkpoint restores
+    global_step: int
+    epoch: int
+    samples_seen: int
+    validations: list[dict[str, float]]
+    _resumed: bool
+    _loss_values: list[float]
+    # built by set-up and fit
+    optimizer: Any
+    scheduler: Any
+    scaler: Any
+    device: Any
+    checkpoints: Any
+    rank: int
+    world_size: int
+    _quiet: bool
+    _energy: Any
+    _last_loss: float
+    _t_data: float
+    _t_compute: float
+    _interval_start: float
+    _interval_samples: int
+    _interval_data: float
+    _interval_compute: float
+    _interval_steps: int
+    _energy_mark: float
+    _stop_signal: int | None
+    _epoch_rng: tuple[int, list[Any]] | None  # (epoch, generator states)
+
+    if TYPE_CHECKING:  # implemented by the Trainer and its other mixins
+        def _check_losses(self) -> str | None: ...
+        def _data_generators(self, loader: Any) -> list[Any]: ...
+        def _seeded_sampler(self, loader: Any) -> Any: ...
+        def _train_batch_size(self) -> int | None: ...
+
+    def _say(self, message: str, level: int = logging.INFO) -> None:
+        if self.rank != 0 or self._quiet:
+            return
+        if not log.handlers and not logging.getLogger().handlers:
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("reprise.train: %(message)s"))
+            log.addHandler(handler)
+            log.setLevel(logging.INFO)
+        log.log(level, message)

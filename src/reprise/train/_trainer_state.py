@@ -1,0 +1,179 @@
+"""A Trainer's complete state: what a checkpoint holds (weights, optimizer, scaler,
+scheduler, counters, every random generator), writing it, resuming from it, and the
+SIGTERM handler that checkpoints before a pre-empted process exits.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from reprise.core.errors import UserError
+from reprise.train._callbacks import Preempted
+from reprise.train._trainer_base import (
+    _TrainerBase,
+)
+
+if TYPE_CHECKING:
+    from reprise.train._trainer import Trainer
+
+
+class _CheckpointMixin(_TrainerBase):
+    """Checkpoint state, save, resume and pre-emption for :class:`Trainer`."""
+
+    def _signalled(self) -> bool:
+        if self.world_size == 1:
+            return self._stop_signal is not None
+        import torch
+        import torch.distributed as dist
+
+        flag = torch.tensor([1 if self._stop_signal is not None else 0], device=self.device
+                            if self.device.type == "cuda" else "cpu")
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def state(self, *, grads: bool | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``(tensors, json_state)``: everything a checkpoint holds, no copies made."""
+        from reprise.train._checkpoint import capture_rng, flatten
+
+        if grads is None:
+            grads = self.window > 0
+        sampler = self._seeded_sampler(self.train_loader) if hasattr(self, "train_loader") \
+            else None
+        nested = {
+            "model": self.module.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "rng": capture_rng(),
+            "data_rng": self._data_rng_state(),
+            "grads": ({n: p.grad for n, p in self.module.named_parameters()
+                       if p.grad is not None} if grads else None),
+        }
+        tensors: dict[str, Any] = {}
+        doc = flatten(nested, tensors, "")
+        doc["counters"] = {
+            "global_step": self.global_step, "epoch": self.epoch,
+            "batch_in_epoch": self.batch_in_epoch, "window": self.window,
+            "window_samples": self.window_samples, "samples_seen": self.samples_seen}
+        doc["early_stopping"] = (self.early_stopping.state_dict()
+                                 if self.early_stopping is not None else None)
+        doc["sampler"] = sampler.state_dict() if sampler is not None else None
+        doc["validations"] = self.validations
+        doc["config"] = {"batch_size": self._train_batch_size(), "accumulate": self.accumulate,
+                         "world_size": self.world_size, "precision": self.precision}
+        return tensors, doc
+
+    def _data_rng_state(self) -> list[Any] | None:
+        """The loader generators' states at the start of the current epoch (their
+        current states when it has not started yet)."""
+        loader = getattr(self, "train_loader", None)
+        if self._epoch_rng is not None and self._epoch_rng[0] == self.epoch:
+            return list(self._epoch_rng[1])
+        if loader is None:
+            return None
+        return [g.get_state() for g in self._data_generators(loader)]
+
+    def _train_batch_size(self) -> int | None:
+        loader = getattr(self, "train_loader", None)
+        if loader is None:
+            return None
+        bs = getattr(loader.batch_sampler, "batch_size", None) or loader.batch_size
+        return int(bs) if bs is not None else None
+
+    def load_state(self, tensors: Mapping[str, Any], doc: Mapping[str, Any]) -> None:
+        """Put back a :meth:`state` (from a checkpoint or an in-memory snapshot)."""
+        from reprise.train._checkpoint import restore_rng, unflatten
+
+        nested = unflatten({k: doc.get(k) for k in ("model", "optimizer", "scheduler", "scaler",
+                                                     "rng", "grads", "data_rng")}, tensors)
+        self.module.load_state_dict(nested["model"])
+        self.optimizer.load_state_dict(nested["optimizer"])
+        if self.scheduler is not None and nested["scheduler"] is not None:
+            self.scheduler.load_state_dict(nested["scheduler"])
+        if self.scaler is not None and nested["scaler"] is not None:
+            self.scaler.load_state_dict(nested["scaler"])
+        grads = nested["grads"] or {}
+        for name, p in self.module.named_parameters():
+            g = grads.get(name)
+            p.grad = g.to(device=p.device, dtype=p.dtype).clone() if g is not None else None
+        restore_rng(nested["rng"])
+        c = doc["counters"]
+        self._epoch_rng = ((int(c["epoch"]), list(nested["data_rng"]))
+                           if nested["data_rng"] is not None else None)
+        self.global_step, self.epoch = int(c["global_step"]), int(c["epoch"])
+        self.batch_in_epoch, self.window = int(c["batch_in_epoch"]), int(c["window"])
+        self.window_samples, self.samples_seen = int(c["window_samples"]), int(c["samples_seen"])
+        if self.early_stopping is not None and doc.get("early_stopping") is not None:
+            self.early_stopping.load_state_dict(doc["early_stopping"])
+        self.validations = [dict(v) for v in doc.get("validations") or []]
+
+    def save_checkpoint(self) -> Path | None:
+        """Write a checkpoint now (rank 0 only; other ranks return None)."""
+        if self.checkpoints is None:
+            raise UserError("no checkpoint_dir: set Trainer(checkpoint_dir=...) to checkpoint")
+        if self.rank != 0 or self._quiet:
+            return None
+        tensors, doc = self.state()
+        path: Path = self.checkpoints.save(self.global_step, tensors, doc)
+        for cb in self.callbacks:
+            cb.on_checkpoint(cast("Trainer", self), path)
+        return path
+
+    def _maybe_resume(self) -> Path | None:
+        if self.resume is None:
+            return None
+        from reprise.train._checkpoint import CheckpointManager
+
+        mgr = self.checkpoints or CheckpointManager(Path(str(self.resume)).parent)
+        if str(self.resume) == "auto":
+            path = mgr.latest()
+            if path is None:
+                self._say(f"resume='auto': no checkpoint in {self.checkpoint_dir}; starting "
+                          "fresh")
+                return None
+        else:
+            path = Path(self.resume)
+        tensors, doc = mgr.load(path)
+        self._resumed = True
+        self._pending_config = doc["config"]
+        self.load_state(tensors, doc)
+        self._say(f"resumed from {path} (optimizer step {self.global_step}, epoch "
+                  f"{self.epoch}, batch {self.batch_in_epoch})")
+        return path
+
+    def _check_resumed_config(self) -> None:
+        cfg = getattr(self, "_pending_config", None)
+        if not cfg:
+            return
+        now = {"batch_size": self._train_batch_size(), "accumulate": self.accumulate,
+               "world_size": self.world_size}
+        diff = [f"{k} {cfg.get(k)} → {v}" for k, v in now.items()
+                if cfg.get(k) is not None and v is not None and cfg.get(k) != v]
+        if diff:
+            raise UserError("the checkpoint was written with a different set-up (" +
+                            ", ".join(diff) + "); resuming would not continue the same run. "
+                            "Use the original settings, or start fresh with resume=None")
+
+    def _install_sigterm(self) -> Any:
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def handler(signum: int, frame: Any) -> None:
+            self._stop_signal = signum
+
+        return signal.signal(signal.SIGTERM, handler)
+
+    def _preempt(self) -> None:
+        path = None
+        if self.checkpoints is not None and self._check_losses() is None:
+            path = self.save_checkpoint()
+        where = f"checkpoint {path}" if path else "no checkpoint_dir, nothing saved"
+        self._say(f"SIGTERM: stopped at optimizer step {self.global_step} (epoch {self.epoch}, "
+                  f"batch {self.batch_in_epoch}); {where}", logging.WARNING)
+        raise Preempted(f"training stopped by SIGTERM at step {self.global_step}; {where}",
+                        path)
