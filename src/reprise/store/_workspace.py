@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from reprise.core._config import Config, load_config
 from reprise.core._types import RunStatus
-from reprise.store._journal import SUFFIX, read_journal, try_lock
+from reprise.store._journal import (
+    SUFFIX,
+    cut_torn_tail,
+    event_line,
+    read_journal,
+    sweep_temp_journals,
+    try_lock,
+)
 
 if TYPE_CHECKING:
     from reprise.store._artifacts import BaseArtifactStore
@@ -115,12 +122,24 @@ class Workspace:
         return self.journals_dir / f"{run_id}{SUFFIX}"
 
     def ingest_journal(self, path: Path, *, start: int | None = None) -> int:
-        """Ingest the complete lines of a journal into the database; return the new offset."""
+        """Ingest the complete lines of a journal into the database; return the new offset.
+
+        Idempotent: each batch applies only if the stored offset is where it starts, so
+        a journal ingested by two processes adds every line once. A journal archived
+        meanwhile (by its writer or a recovery, once fully ingested) is read in ``done/``.
+        """
         store = self.metadata
         run_id = path.name[: -len(SUFFIX)]
         offset = store.journal_offset(run_id) if start is None else start
         while True:
-            batch = read_journal(path, offset)
+            try:
+                batch = read_journal(path, offset)
+            except FileNotFoundError:
+                moved = self.journals_dir / "done" / path.name
+                if path == moved or not moved.exists():
+                    raise
+                path = moved
+                continue
             parent = (batch.header or {}).get("parent_id")
             if parent and offset == 0:
                 self._ingest_parent(str(parent))
@@ -129,6 +148,8 @@ class Workspace:
             if not store.ingest(run_id, offset, batch):
                 offset = store.journal_offset(run_id)  # someone else ingested; catch up
                 continue
+            if batch.dropped:
+                _report_dropped(run_id, path, batch.dropped)
             offset = batch.end_offset
 
     def ingest_finished(self, run_ids: Iterable[str]) -> None:
@@ -151,12 +172,16 @@ class Workspace:
         for parent in sorted(parents - {i[0] for i in items}):
             self._ingest_parent(parent)
         done = self.metadata.ingest_many(items)
-        for (run_id, _, _), ok in zip(items, done, strict=True):
+        for (run_id, _, batch), ok in zip(items, done, strict=True):
             path = self.journal_path(run_id)
-            if not ok:
-                with contextlib.suppress(FileNotFoundError):
+            if ok and batch.dropped:
+                _report_dropped(run_id, path, batch.dropped)
+            with try_lock(path) as fd:
+                if fd is None:  # a recovery holds it (and archives it) or has moved it
+                    continue
+                if not ok:
                     self.ingest_journal(path)
-            self._archive(path)
+                self._archive(path)
 
     def _ingest_parent(self, parent_id: str) -> None:
         """A child's row references its parent's: make sure the parent is in first."""
@@ -167,33 +192,58 @@ class Workspace:
                 return
 
     def recover(self) -> list[str]:
-        """Ingest journals whose writer has died; mark their runs killed. Return run ids."""
+        """Ingest journals whose writer has died; mark their runs killed. Return run ids.
+
+        Never fails the command that called it: a journal that cannot be recovered
+        now is reported (a warning) and left for the next command.
+        """
         recovered: list[str] = []
         if not self.journals_dir.is_dir():
             return recovered
         for path in sorted(self.journals_dir.glob(f"*{SUFFIX}")):
-            with try_lock(path) as fd:
-                if fd is None:  # a live run: catch its rows up so readers see it
-                    with contextlib.suppress(FileNotFoundError):
-                        self.ingest_journal(path)
-                    continue
-                if self._recover_one(path, fd):
+            try:
+                if self._recover_path(path):
                     recovered.append(path.name[: -len(SUFFIX)])
+            except Exception as exc:  # the journal stays; the next command retries
+                _logger.warning("could not recover the run journal %s yet (%s: %s); it is kept "
+                                "and the next command retries", path, type(exc).__name__, exc)
+        with contextlib.suppress(OSError):
+            sweep_temp_journals(self.journals_dir)
         return recovered
 
+    def _recover_path(self, path: Path) -> bool:
+        with try_lock(path) as fd:
+            if fd is None:  # a live run (catch its rows up so readers see it) or moved
+                with contextlib.suppress(FileNotFoundError):
+                    self.ingest_journal(path)
+                return False
+            return self._recover_one(path, fd)
+
     def _recover_one(self, path: Path, fd: int) -> bool:
-        self.ingest_journal(path)
-        if read_journal(path, 0).header is None:  # an empty journal from a kill at start
+        """Recover the journal of a dead writer; we hold its lock and it is at ``path``."""
+        run_id = path.name[: -len(SUFFIX)]
+        at, torn = cut_torn_tail(fd)
+        note = b""
+        if torn:
+            _logger.warning("run %s: dropped a torn last journal line (%d bytes at byte %d of "
+                            "%s: %r); every complete line is kept", run_id, len(torn), at,
+                            path, torn[:80])
+            note = event_line("T", {"reprise.journal.torn": f"{len(torn)} bytes at byte {at}"})
+        if read_journal(path, 0, max_bytes=1 << 20).header is None:
+            if os.fstat(fd).st_size:  # not a kill at start: say so before moving it aside
+                _logger.warning("run %s: journal %s has no readable header; moved to done/ "
+                                "without ingesting it", run_id, path)
             self._archive(path)
             return False
-        run_id = path.name[: -len(SUFFIX)]
         killed = self._has_no_end(path)
         if killed:
-            now = time.time()
-            line = ('S\t{"status":"%s","ended_at":%r,"error":"the process ended without '
-                    'closing the run (killed or crashed)"}\n' % (RunStatus.KILLED.value, now))
-            os.write(fd, line.encode())
-            self.ingest_journal(path)
+            note += ('S\t{"status":"%s","ended_at":%r,"error":"the process ended without '
+                     'closing the run (killed or crashed)"}\n'
+                     % (RunStatus.KILLED.value, time.time())).encode()
+        if note:
+            os.write(fd, note)
+        self.ingest_journal(path)
+        if killed:
             _logger.warning("run %s was killed; recovered its journal", run_id)
         self._archive(path)
         return killed
@@ -205,13 +255,15 @@ class Workspace:
         return b"\nS\t" not in tail and not tail.startswith(b"S\t")
 
     def _archive(self, path: Path) -> None:
+        """Move a journal to ``done/``; the caller holds its lock (or is its writer)."""
         done = self.journals_dir / "done"
         done.mkdir(exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             os.replace(path, done / path.name)
 
     def archive_journal(self, path: Path) -> None:
-        """Move a fully ingested journal out of the active folder."""
+        """Move a fully ingested journal out of the active folder; call it while holding
+        the journal's lock (a writer before closing), so no recovery reads it meanwhile."""
         self._archive(path)
 
     # -- maintenance -----------------------------------------------------------------
@@ -270,6 +322,13 @@ class Workspace:
                 with contextlib.suppress(FileNotFoundError):
                     out.update(a["hash"] for a in read_journal(path, 0).artifacts)
         return out
+
+
+def _report_dropped(run_id: str, path: Path, dropped: list[tuple[int, bytes]]) -> None:
+    where = ", ".join(str(at) for at, _ in dropped[:10])
+    _logger.warning("run %s: dropped %d malformed journal line(s) in %s (at byte %s; first: "
+                    "%r), a write cut short by a crash or a full disk; the lines around them "
+                    "are kept", run_id, len(dropped), path, where, dropped[0][1][:80])
 
 
 def _identity(folder: Path) -> tuple[int, int] | None:
