@@ -134,7 +134,7 @@ def _create_locked(path: Path, first: bytes) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         if first:
             _write_all(fd, first, path)
-        os.link(tmp, path)
+        _link(tmp, path)
     except BaseException:
         os.close(fd)
         raise
@@ -142,6 +142,19 @@ def _create_locked(path: Path, first: bytes) -> int:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
     return fd
+
+
+def _link(tmp: Path, path: Path) -> None:
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError as exc:  # a filesystem without hard links: ids are unique, rename
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        if path.exists():
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path)) from exc
+        os.rename(tmp, path)
 
 
 def sweep_temp_journals(folder: Path, older_than: float = 3600.0) -> int:
