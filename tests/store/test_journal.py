@@ -78,9 +78,11 @@ def test_a_line_cut_in_the_middle_is_dropped_and_the_lines_around_it_kept(
         f.write(b"M\tloss\t1\t0.")
         f.write(b"M\tloss\t2\t0.25\t3.0\nP\t{\"lr\":0.1}\nnot a line\n")
     batch = read_journal(path)
-    assert batch.header == {"id": "x"} and batch.params == {"lr": 0.1}
-    assert batch.metrics == [("loss", 0, 1.0, 1.0), ("loss", 2, 0.25, 3.0)]
     cut = path.read_bytes().index(b"M\tloss\t1")
+    assert batch.header == {"id": "x"} and batch.params == {"lr": 0.1}
+    assert batch.tags == {"reprise.journal.dropped": f"2 line(s) at byte {cut}, "
+                                                     f"{path.stat().st_size - 11}"}
+    assert batch.metrics == [("loss", 0, 1.0, 1.0), ("loss", 2, 0.25, 3.0)]
     assert batch.dropped == [(cut, b"M\tloss\t1\t0."), (path.stat().st_size - 11, b"not a line")]
     assert batch.end_offset == path.stat().st_size
 

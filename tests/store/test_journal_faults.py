@@ -60,7 +60,7 @@ def test_a_line_cut_by_hand_is_dropped_reported_and_fails_no_command(
     assert [p.step for p in ws.metadata.get_metrics(run_id, "loss")] == [0, 1, 2, 4, 5, 6, 7, 8]
     rec = ws.metadata.get_run(run_id)
     assert rec.status is RunStatus.KILLED
-    assert "reprise.journal.torn" in rec.tags
+    assert "reprise.journal.torn" in rec.tags and "reprise.journal.dropped" in rec.tags
     assert not list(ws.journals_dir.glob("*.jrnl"))
     ws.close()
 

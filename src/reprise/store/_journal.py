@@ -250,6 +250,9 @@ def _parse_carefully(data: bytes, offset: int, end: int) -> JournalBatch:
                 batch.dropped.append((pos, raw[:start]))
             _parse_line(raw[start:].decode("utf-8", errors="replace"), batch)
         pos += len(raw) + 1
+    if batch.dropped:  # the run keeps the report (tags are ingested with the batch)
+        where = ", ".join(str(at) for at, _ in batch.dropped[:10])
+        batch.tags["reprise.journal.dropped"] = f"{len(batch.dropped)} line(s) at byte {where}"
     return batch
 
 
