@@ -60,6 +60,7 @@ __all__ = [
     "cut_torn_tail",
     "read_journal",
     "try_lock",
+    "write_whole",
 ]
 
 SUFFIX = ".jrnl"
@@ -95,7 +96,7 @@ class JournalWriter:
         """Append whole lines, or raise :class:`JournalWriteError` having added none
         of the line it failed in."""
         with self._lock:
-            _write_all(self._fd, data, self.path)
+            write_whole(self._fd, data, self.path)
 
     def metric(self, key: str, step: int, value: float, timestamp: float) -> None:
         self.write(f"M\t{key}\t{step}\t{value!r}\t{timestamp!r}\n".encode())
@@ -133,7 +134,7 @@ def _create_locked(path: Path, first: bytes) -> int:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         if first:
-            _write_all(fd, first, path)
+            write_whole(fd, first, path)
         _link(tmp, path)
     except BaseException:
         os.close(fd)
@@ -169,7 +170,7 @@ def sweep_temp_journals(folder: Path, older_than: float = 3600.0) -> int:
     return removed
 
 
-def _write_all(fd: int, data: bytes, path: Path) -> None:
+def write_whole(fd: int, data: bytes, path: Path) -> None:
     """Write ``data`` whole (looping on short writes) or raise, cutting the file back
     to the last whole line written: a reader never sees part of a line that the
     caller was told failed, and no line ingested already is cut."""

@@ -25,6 +25,7 @@ from reprise.store._journal import (
     read_journal,
     sweep_temp_journals,
     try_lock,
+    write_whole,
 )
 
 if TYPE_CHECKING:
@@ -241,7 +242,7 @@ class Workspace:
                      'closing the run (killed or crashed)"}\n'
                      % (RunStatus.KILLED.value, time.time())).encode()
         if note:
-            os.write(fd, note)
+            write_whole(fd, note, path)
         self.ingest_journal(path)
         if killed:
             _logger.warning("run %s was killed; recovered its journal", run_id)
