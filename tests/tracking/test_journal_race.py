@@ -92,8 +92,14 @@ def test_short_runs_beside_recovery_and_listing_lose_nothing(
 
 
 @pytest.mark.reliability
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql",
+                                                            marks=pytest.mark.postgres)])
 def test_minutes_of_short_runs_beside_recovery_and_listing_lose_nothing(
-        workspace: reprise.Workspace, tmp_path: Path) -> None:
+        workspace: reprise.Workspace, tmp_path: Path, backend: str,
+        request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    if backend == "postgresql":  # every process (they inherit the environment) uses it
+        monkeypatch.setenv("REPRISE_STORE_URL", request.getfixturevalue("pg_url"))
+    seconds = float(os.environ.get("REPRISE_RACE_SECONDS", "180"))
     started = time.monotonic()
-    _race(workspace.root, tmp_path, seconds=180, creators=4, recoverers=2)
-    assert time.monotonic() - started >= 180
+    _race(workspace.root, tmp_path, seconds=seconds, creators=4, recoverers=2)
+    assert time.monotonic() - started >= seconds
