@@ -58,6 +58,7 @@ __all__ = [
     "JournalWriter",
     "check_key",
     "cut_torn_tail",
+    "finish_write",
     "read_journal",
     "try_lock",
     "write_whole",
@@ -88,15 +89,15 @@ class JournalWriter:
     def __init__(self, path: Path, first: bytes = b"") -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._fd = _create_locked(path, first)
+        self.lock = threading.Lock()  # held around every write (see Run.log_metric)
+        self.fd = _create_locked(path, first)
         self.closed = False
 
     def write(self, data: bytes) -> None:
         """Append whole lines, or raise :class:`JournalWriteError` having added none
         of the line it failed in."""
-        with self._lock:
-            write_whole(self._fd, data, self.path)
+        with self.lock:
+            write_whole(self.fd, data, self.path)
 
     def metric(self, key: str, step: int, value: float, timestamp: float) -> None:
         self.write(f"M\t{key}\t{step}\t{value!r}\t{timestamp!r}\n".encode())
@@ -108,13 +109,13 @@ class JournalWriter:
         self.write(event_line(tag, payload))
 
     def size(self) -> int:
-        return os.fstat(self._fd).st_size
+        return os.fstat(self.fd).st_size
 
     def close(self) -> None:
         """Release the lock and close; the file stays for ingestion/archival."""
         if not self.closed:
             self.closed = True
-            os.close(self._fd)
+            os.close(self.fd)
 
 
 def event_line(tag: str, payload: dict[str, Any]) -> bytes:
@@ -171,13 +172,23 @@ def sweep_temp_journals(folder: Path, older_than: float = 3600.0) -> int:
 
 
 def write_whole(fd: int, data: bytes, path: Path) -> None:
-    """Write ``data`` whole (looping on short writes) or raise, cutting the file back
-    to the last whole line written: a reader never sees part of a line that the
-    caller was told failed, and no line ingested already is cut."""
-    done = 0
+    """Write ``data`` whole or raise :class:`JournalWriteError`; see :func:`finish_write`."""
+    try:
+        n = os.write(fd, data)
+    except OSError:
+        n = 0  # nothing was written: finish_write tries again and reports the error
+    if n != len(data):
+        finish_write(fd, data, n, path)
+
+
+def finish_write(fd: int, data: bytes, done: int, path: Path) -> None:
+    """Write the rest of ``data`` after a short write of ``done`` bytes, or raise,
+    cutting the file back to the last whole line written: a reader never sees part
+    of a line that the caller was told failed, and no line ingested already is cut.
+    The caller holds the writer's lock (nobody appends meanwhile)."""
     try:
         while done < len(data):
-            n = os.write(fd, memoryview(data)[done:] if done else data)
+            n = os.write(fd, memoryview(data)[done:])
             if n <= 0:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             done += n

@@ -29,7 +29,7 @@ from reprise.core.errors import (
     ParamConflictError,
     RunFinishedError,
 )
-from reprise.store._journal import JournalWriter, check_key, event_line
+from reprise.store._journal import JournalWriter, check_key, event_line, finish_write
 from reprise.store._workspace import Workspace
 
 __all__ = ["Run"]
@@ -76,7 +76,7 @@ class Run:
         # the journal appears with its header in it, already locked (see _journal)
         self._writer = JournalWriter(workspace.journal_path(self.id),
                                      self._header_lines(env, extra_header or {}))
-        self._write = self._writer.write  # the hot path: whole lines or JournalWriteError
+        self._fd, self._wlock = self._writer.fd, self._writer.lock  # for the hot path
         self._ingested = 0
         # defer_ingest: leave the whole journal for the next command that opens the
         # metadata store (it ingests finished journals first). A fully cached
@@ -177,8 +177,15 @@ class Run:
         if step is None:
             step = last + 1
         steps[key] = step
-        self._write(f"M\t{key}\t{int(step)}\t{float(value)!r}\t"
-                    f"{time.time() if timestamp is None else timestamp!r}\n".encode())
+        data = (f"M\t{key}\t{int(step)}\t{float(value)!r}\t"
+                f"{time.time() if timestamp is None else timestamp!r}\n".encode())
+        with self._wlock:  # JournalWriter.write, inlined: whole lines or JournalWriteError
+            try:
+                n = os.write(self._fd, data)
+            except OSError:
+                n = 0
+            if n != len(data):
+                finish_write(self._fd, data, n, self._writer.path)
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None,
                     timestamp: float | None = None) -> None:
