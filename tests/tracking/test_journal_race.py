@@ -93,6 +93,7 @@ def test_short_runs_beside_recovery_and_listing_lose_nothing(
 
 
 @pytest.mark.reliability
+@pytest.mark.timeout(1200)
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql",
                                                             marks=pytest.mark.postgres)])
 def test_minutes_of_short_runs_beside_recovery_and_listing_lose_nothing(
