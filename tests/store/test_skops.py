@@ -83,6 +83,14 @@ print(json.dumps({{"refused": refused, "steps": [type(s).__name__ for s in back]
     assert got["steps"] == ["Shifter", "LogisticRegression"]
 
 
+_DEFAULTS = """
+import json, skops.io._general as g, skops.io._trusted_types as t
+names = ("SKLEARN_ESTIMATOR_TYPE_NAMES", "SKLEARN_INTERNAL_TYPE_NAMES",
+         "SCIPY_UFUNC_TYPE_NAMES", "NUMPY_UFUNC_TYPE_NAMES")
+print(json.dumps({n: [sorted(getattr(g, n)), sorted(getattr(t, n))] for n in names}))
+"""
+
+
 def test_skops_keeps_its_own_defaults_for_other_callers(files: tuple[str, str]) -> None:
     lr, shift = files
     got = _run(f"""
@@ -102,6 +110,10 @@ print(json.dumps({{"untrusted": sio.get_untrusted_types(file={lr!r}),
 """)
     assert got == {"untrusted": [], "shift_untrusted": ["tests.store._ml_models.Shifter"],
                    "plain": "LogisticRegression", "shifted": "refused"}
+    after_reprise = _run("from reprise.store._skops import skops_io; skops_io()\n" + _DEFAULTS)
+    plain_skops = _run("import skops.io\n" + _DEFAULTS)
+    assert after_reprise == plain_skops
+    assert all(len(lists[0]) > 0 for lists in plain_skops.values())
 
 
 def test_a_process_that_imported_skops_first_is_left_as_it_is(files: tuple[str, str]) -> None:
