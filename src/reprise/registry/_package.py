@@ -184,15 +184,14 @@ def _load(folder: Path, manifest: dict[str, Any]) -> ModelPackage:
         return json.loads(path.read_bytes()) if path.is_file() else default
 
     flavor = manifest["flavor"]
-    # preprocessing first: skops' import scans every loaded module, fewer before torch's
-    prep_path = folder / "preprocessing.skops"
-    prep = _loads_estimator(prep_path.read_bytes(), str(prep_path), None) \
-        if prep_path.is_file() else None
     if flavor == "sklearn":
         model = _loads_estimator((folder / "model/model.skops").read_bytes(),
                                  f"{folder}/model/model.skops", None)
     else:
         model = _load_torch(folder / "model/model.safetensors")
+    prep_path = folder / "preprocessing.skops"
+    prep = _loads_estimator(prep_path.read_bytes(), str(prep_path), None) \
+        if prep_path.is_file() else None
     reqs = (folder / "requirements.txt").read_text().split()
     return ModelPackage(flavor=flavor, model=model, signature=Signature.from_dict(
         doc("signature.json")), input_format=manifest["input_format"], preprocessing=prep,
