@@ -82,25 +82,19 @@ def runs_list(
     as_json: JsonOpt = False,
 ) -> None:
     """List runs, newest first."""
-    from reprise.tracking import list_runs
+    from reprise.cli._listing import runs_list_command
 
-    rows = list_runs(_ws(), name=name, status=status, tags=render.parse_pairs(tag or [], "--tag"),
-                     sort_metric=sort, ascending=asc, limit=limit or None,
-                     include_children=all_runs)
-    if as_json:
-        render.print_json(rows)
-    else:
-        render.runs_table(rows, sort)
+    runs_list_command(name=name, status=status, tag=tag or [], sort=sort, asc=asc, limit=limit,
+                      all_runs=all_runs, as_json=as_json)
 
 
 @runs_app.command("show")
 def runs_show(run: Annotated[str, typer.Argument(help="Run id (unique prefix is enough).")],
               as_json: JsonOpt = False) -> None:
     """Show one run: status, params, final metrics, artifacts."""
-    from reprise.tracking import describe_run
+    from reprise.cli._listing import runs_show_command
 
-    info = describe_run(_ws(), run)
-    render.print_json(info) if as_json else render.run_detail(info)
+    runs_show_command(run, as_json=as_json)
 
 
 @runs_app.command("compare")

@@ -1,5 +1,5 @@
-"""Hot commands (``reprise run``, ``reprise data add``), shared by the Typer commands and
-the fast path in ``reprise.cli.main``.
+"""Hot commands (``reprise run``, ``reprise data add``, and the read-only listings of
+``_listing``), shared by the Typer commands and the fast path in ``reprise.cli.main``.
 
 The fast path exists because ``reprise run`` on an unchanged pipeline is the
 command users repeat most, and Typer (with click and pydantic behind it) costs
@@ -15,10 +15,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-__all__ = ["PROGRESS_MODES", "data_add_command", "dispatch", "parsers", "run_command",
-           "workspace"]
+from reprise.cli import _listing
+
+__all__ = ["PROGRESS_MODES", "Parser", "data_add_command", "dispatch", "parsers",
+           "run_command", "workspace"]
 
 PROGRESS_MODES = ("auto", "live", "lines", "none")
 
@@ -91,7 +94,9 @@ def data_add_command(name: str, path: str, *, schema: str | None, quarantine: bo
     return 0
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
+    """argparse with click's usage-error shape and exit code."""
+
     def error(self, message: str) -> Any:  # same shape as click's usage errors, exit 2
         sys.stderr.write(f"Usage: {self.prog} [OPTIONS] {self.usage}\n"
                          f"Try '{self.prog} --help' for help.\n\nError: {message}\n")
@@ -99,7 +104,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="reprise run", usage="TARGET", add_help=False, allow_abbrev=False)
+    ap = Parser(prog="reprise run", usage="TARGET", add_help=False, allow_abbrev=False)
     ap.add_argument("target")
     ap.add_argument("-p", "--param", action="append", default=[])
     ap.add_argument("--seed", type=int, default=0)
@@ -113,7 +118,7 @@ def _run_parser() -> argparse.ArgumentParser:
 
 
 def _data_add_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="reprise data add", usage="NAME PATH", add_help=False, allow_abbrev=False)
+    ap = Parser(prog="reprise data add", usage="NAME PATH", add_help=False, allow_abbrev=False)
     ap.add_argument("name")
     ap.add_argument("path")
     ap.add_argument("--schema", default=None)
@@ -142,6 +147,18 @@ parsers: dict[tuple[str, ...], tuple[Callable[[], argparse.ArgumentParser],
                                      Callable[[list[str]], int]]] = {
     ("run",): (_run_parser, _fast_run),
     ("data", "add"): (_data_add_parser, _fast_data_add),
+    ("runs", "list"): (_listing.runs_list_parser,
+                       partial(_listing.run_parsed, _listing.runs_list_parser,
+                               _listing.runs_list_command)),
+    ("runs", "show"): (_listing.runs_show_parser,
+                       partial(_listing.run_parsed, _listing.runs_show_parser,
+                               _listing.runs_show_command)),
+    ("data", "list"): (_listing.data_list_parser,
+                       partial(_listing.run_parsed, _listing.data_list_parser,
+                               _listing.data_list_command)),
+    ("models", "list"): (_listing.models_list_parser,
+                         partial(_listing.run_parsed, _listing.models_list_parser,
+                                 _listing.models_list_command)),
 }
 
 
