@@ -41,6 +41,20 @@ def workspace(root: Path, runs: int, points: int) -> Path:
     return folder / "reprise"
 
 
+def mlflow_store(root: Path, runs: int, points: int) -> Path:
+    """The cached MLflow store folder holding ``mlflow.db`` (created on the first call)."""
+    folder = root / f"cli-{runs}-{points}"
+    marker = folder / "mlflow.done"
+    if marker.exists() and marker.read_text() == str(_VERSION):
+        return folder / "mlflow"
+    shutil.rmtree(folder / "mlflow", ignore_errors=True)
+    t0 = time.perf_counter()
+    _build_mlflow(folder / "mlflow", runs, points)
+    marker.write_text(str(_VERSION))
+    print(f"   generated the MLflow store in {time.perf_counter() - t0:.0f} s")
+    return folder / "mlflow"
+
+
 def _plan(runs: int, points: int) -> Iterator[dict[str, Any]]:
     """The runs, oldest first: every fifth is a nested trial of the run before it."""
     from reprise.core._ids import new_id
@@ -128,3 +142,38 @@ def _registry_rows(con: sqlite3.Connection, run_ids: list[str]) -> None:
                         (f"model-{n}", v, run_ids[n * 10 + v], h,
                          json.dumps({"gates_passed": True, "task": "classification"}), now + v))
         con.execute("INSERT INTO aliases VALUES (?, 'production', 9, ?)", (f"model-{n}", now))
+
+
+def _build_mlflow(root: Path, runs: int, points: int) -> None:
+    """The same runs in MLflow's schema (created by MLflow's own migrations), with its
+    ``latest_metrics`` table filled as MLflow's logging would."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    root.mkdir(parents=True, exist_ok=True)
+    db = root / "mlflow.db"
+    SqlAlchemyStore(f"sqlite:///{db}", str(root / "artifacts"))
+    con = sqlite3.connect(db)
+    plan = list(_plan(runs, points))
+    con.executemany(
+        "INSERT INTO runs (run_uuid, name, source_type, source_name, entry_point_name, "
+        "user_id, status, start_time, end_time, source_version, lifecycle_stage, "
+        "artifact_uri, experiment_id) VALUES (?,?,'LOCAL','bench','','bench',?,?,?,'',"
+        "'active',?,0)",
+        [(r["id"], r["name"], r["status"].upper(), int(r["started_at"] * 1000),
+          int(r["ended_at"] * 1000), str(root / "artifacts" / r["id"])) for r in plan])
+    con.executemany("INSERT INTO params VALUES (?,?,?)",
+                    [(k, json.dumps(v), r["id"]) for r in plan for k, v in r["params"].items()])
+    con.executemany("INSERT INTO tags VALUES (?,?,?)",
+                    [(k, v, r["id"]) for r in plan for k, v in r["tags"].items()]
+                    + [("mlflow.parentRunId", r["parent_id"], r["id"]) for r in plan
+                       if r["parent_id"]])
+    con.executemany("INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan) "
+                    "VALUES (?,?,?,?,?,0)",
+                    ((k, v, int(t * 1000), rid, s) for r in plan
+                     for rid, k, s, v, t in _metric_rows(r)))
+    con.executemany("INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, "
+                    "run_uuid) VALUES (?,?,?,?,0,?)",
+                    [(k, v, int(t * 1000), s, rid) for r in plan
+                     for rid, k, s, v, t in list(_metric_rows(r))[r["steps"] - 1::r["steps"]]])
+    con.commit()
+    con.close()
