@@ -50,6 +50,20 @@ def reprise_cases(root: Path) -> dict[str, list[str]]:
             "data_list": [*rp, "data", "list"], "models_list": [*rp, "models", "list"]}
 
 
+def _newest_mlflow_run(db: Path) -> str:
+    """The newest top-level run (what ``reprise runs show`` is timed on, in MLflow)."""
+    import sqlite3
+
+    con = sqlite3.connect(db)
+    try:
+        row = con.execute("SELECT run_uuid FROM runs WHERE run_uuid NOT IN (SELECT run_uuid "
+                          "FROM tags WHERE key = 'mlflow.parentRunId') "
+                          "ORDER BY start_time DESC LIMIT 1").fetchone()
+    finally:
+        con.close()
+    return str(row[0])
+
+
 def mlflow_cases(run_id: str) -> dict[str, list[str]]:
     ml = _script("mlflow")
     return {"help": [*ml, "--help"], "runs_list": [*ml, "runs", "list", "--experiment-id", "0"],
@@ -59,7 +73,7 @@ def mlflow_cases(run_id: str) -> dict[str, list[str]]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--runs", type=int, default=10_000)
     ap.add_argument("--points", type=int, default=10_000_000)
     ap.add_argument("--no-mlflow", action="store_true", help="Skip the peer.")
@@ -81,7 +95,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not args.no_mlflow:
         store = mlflow_store(WORK, args.runs, args.points)
         ml_env = {"MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}"}
-        for name, cmd in mlflow_cases(cases["runs_show"][-1]).items():
+        for name, cmd in mlflow_cases(_newest_mlflow_run(store / "mlflow.db")).items():
             figures[f"mlflow_{name}_s"], samples[f"mlflow_{name}"] = command_time(
                 cmd, args.repeats, env=ml_env, cwd=store)
         for name in ("help", "runs_list", "runs_show"):
