@@ -6,8 +6,9 @@ command users repeat most, and Typer (with click and pydantic behind it) costs
 more start-up time than the whole cached run; ``data add`` is compared with
 ``dvc add`` on start-up-bound sizes too. ``main`` parses these with argparse
 (standard library) and calls the same functions the Typer commands call;
-``--help`` still goes through Typer so there is one help text. A test checks
-that both parsers accept the same options with the same defaults.
+a command's ``--help`` still goes through Typer so there is one help text (the
+top-level ``reprise --help`` is a copy of Typer's, checked by a test: ``_help``).
+A test checks that both parsers accept the same options with the same defaults.
 """
 
 from __future__ import annotations
