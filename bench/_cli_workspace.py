@@ -139,7 +139,7 @@ def _registry_rows(con: sqlite3.Connection, run_ids: list[str]) -> None:
             con.execute("INSERT INTO artifacts VALUES (?, 1000, 'package', 'pkg', '{}', ?)",
                         (h, now))
             con.execute("INSERT INTO model_versions VALUES (?,?,?,?,NULL,?, 'ready', ?, '{}')",
-                        (f"model-{n}", v, run_ids[n * 10 + v], h,
+                        (f"model-{n}", v, run_ids[(n * 10 + v) % len(run_ids)], h,
                          json.dumps({"gates_passed": True, "task": "classification"}), now + v))
         con.execute("INSERT INTO aliases VALUES (?, 'production', 9, ?)", (f"model-{n}", now))
 
