@@ -17,6 +17,11 @@ def main(argv: list[str] | None = None) -> None:
 
     args = sys.argv[1:] if argv is None else argv
     try:
+        from reprise.cli import _help
+
+        if _help.wants_top_help(args):  # pre-rendered: Typer's import costs more
+            sys.stdout.write(_help.render(_help.program_name()))
+            sys.exit(0)
         from reprise.cli._fast import dispatch
 
         code: Any = dispatch(args)

@@ -50,20 +50,9 @@ def add(
 @data_app.command("list")
 def list_(as_json: JsonOpt = False) -> None:
     """Datasets with their newest version."""
-    from reprise.data._dataset import summarise_datasets
+    from reprise.cli._listing import data_list_command
 
-    rows = summarise_datasets(workspace=_ws())
-    if as_json:
-        render.print_json(rows)
-        return
-    if not rows:
-        typer.echo("No datasets yet. Add one with `reprise data add NAME PATH`.")
-        return
-    render.table(["name", "latest", "versions", "format", "rows", "size", "added"],
-                 [[r["name"], f"@{r['latest']}", r["versions"], r["format"],
-                   "-" if r["rows"] is None else r["rows"],
-                   "-" if r["size"] is None else render.human_bytes(r["size"]),
-                   render.ago(r["created_at"])] for r in rows], keep=("name", "latest"))
+    data_list_command(as_json=as_json)
 
 
 @data_app.command("show")

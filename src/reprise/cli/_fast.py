@@ -1,5 +1,5 @@
-"""Hot commands (``reprise run``, ``reprise data add``, ``reprise serve``), shared by the
-Typer commands and the fast path in ``reprise.cli.main``.
+"""Hot commands (``reprise run``, ``reprise data add``, ``reprise serve``, and the read-only
+listings of ``_listing``), shared by the Typer commands and the fast path in ``reprise.cli.main``.
 
 The fast path exists because ``reprise run`` on an unchanged pipeline is the
 command users repeat most, and Typer (with click and pydantic behind it) costs
@@ -7,8 +7,9 @@ more start-up time than the whole cached run; ``data add`` is compared with
 ``dvc add`` on start-up-bound sizes too; ``serve`` starts every new replica of a
 model server (its cold start is benchmarked). ``main`` parses these with argparse
 (standard library) and calls the same functions the Typer commands call;
-``--help`` still goes through Typer so there is one help text. A test checks
-that both parsers accept the same options with the same defaults.
+a command's ``--help`` still goes through Typer so there is one help text (the
+top-level ``reprise --help`` is a copy of Typer's, checked by a test: ``_help``).
+A test checks that both parsers accept the same options with the same defaults.
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-__all__ = ["NA_HELP", "PROGRESS_MODES", "data_add_command", "dispatch", "parsers", "run_command",
-           "serve_command", "workspace"]
+from reprise.cli import _listing
+
+__all__ = ["NA_HELP", "PROGRESS_MODES", "Parser", "data_add_command", "dispatch", "parsers",
+           "run_command", "serve_command", "workspace"]
 
 PROGRESS_MODES = ("auto", "live", "lines", "none")
 NA_HELP = ("Text meaning a missing value in CSV/TSV/JSON Lines, in every column, separated by "
@@ -120,7 +124,9 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
     return 0
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
+    """argparse with click's usage-error shape and exit code."""
+
     def error(self, message: str) -> Any:  # same shape as click's usage errors, exit 2
         sys.stderr.write(f"Usage: {self.prog} [OPTIONS] {self.usage}\n"
                          f"Try '{self.prog} --help' for help.\n\nError: {message}\n")
@@ -128,7 +134,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="reprise run", usage="TARGET", add_help=False, allow_abbrev=False)
+    ap = Parser(prog="reprise run", usage="TARGET", add_help=False, allow_abbrev=False)
     ap.add_argument("target")
     ap.add_argument("-p", "--param", action="append", default=[])
     ap.add_argument("--seed", type=int, default=0)
@@ -142,7 +148,7 @@ def _run_parser() -> argparse.ArgumentParser:
 
 
 def _data_add_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="reprise data add", usage="NAME PATH", add_help=False, allow_abbrev=False)
+    ap = Parser(prog="reprise data add", usage="NAME PATH", add_help=False, allow_abbrev=False)
     ap.add_argument("name")
     ap.add_argument("path")
     ap.add_argument("--schema", default=None)
@@ -157,7 +163,7 @@ def _data_add_parser() -> argparse.ArgumentParser:
 
 
 def _serve_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="reprise serve", usage="NAME[@ALIAS|:VERSION]...", add_help=False,
+    ap = Parser(prog="reprise serve", usage="NAME[@ALIAS|:VERSION]...", add_help=False,
                  allow_abbrev=False)
     ap.add_argument("refs", nargs="+")
     ap.add_argument("--host", default="127.0.0.1")
@@ -207,6 +213,18 @@ parsers: dict[tuple[str, ...], tuple[Callable[[], argparse.ArgumentParser],
     ("run",): (_run_parser, _fast_run),
     ("data", "add"): (_data_add_parser, _fast_data_add),
     ("serve",): (_serve_parser, _fast_serve),
+    ("runs", "list"): (_listing.runs_list_parser,
+                       partial(_listing.run_parsed, _listing.runs_list_parser,
+                               _listing.runs_list_command)),
+    ("runs", "show"): (_listing.runs_show_parser,
+                       partial(_listing.run_parsed, _listing.runs_show_parser,
+                               _listing.runs_show_command)),
+    ("data", "list"): (_listing.data_list_parser,
+                       partial(_listing.run_parsed, _listing.data_list_parser,
+                               _listing.data_list_command)),
+    ("models", "list"): (_listing.models_list_parser,
+                         partial(_listing.run_parsed, _listing.models_list_parser,
+                                 _listing.models_list_command)),
 }
 
 

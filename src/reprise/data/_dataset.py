@@ -401,7 +401,7 @@ def summarise_datasets(*, workspace: Any = None) -> list[dict[str, Any]]:
     """One row per dataset: its newest version and how many versions it has."""
     newest: dict[str, DatasetRecord] = {}
     counts: dict[str, int] = {}
-    for r in list_datasets(workspace=workspace):
+    for r in _workspace(workspace).reader.list_dataset_versions():
         newest[r.name] = r
         counts[r.name] = counts.get(r.name, 0) + 1
     return [{"name": n, "latest": r.version, "versions": counts[n], "format": r.format,

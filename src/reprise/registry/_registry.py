@@ -195,10 +195,11 @@ def delete_version(ws: Any, name: str, version: int) -> None:
 def list_models(ws: Any) -> list[dict[str, Any]]:
     """One row per model: versions, newest, aliases."""
     by_name: dict[str, list[ModelVersionRecord]] = {}
-    for v in ws.metadata.list_model_versions():
+    reader = ws.reader
+    for v in reader.list_model_versions():
         by_name.setdefault(v.name, []).append(v)
     return [{"name": name, "versions": len(vs), "latest": vs[-1].version,
-             "aliases": ws.metadata.get_aliases(name), "updated": vs[-1].created_at}
+             "aliases": reader.get_aliases(name), "updated": vs[-1].created_at}
             for name, vs in sorted(by_name.items())]
 
 

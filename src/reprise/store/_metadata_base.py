@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from reprise.core._types import (
     ArtifactRecord,
@@ -17,7 +17,7 @@ from reprise.core._types import (
 )
 from reprise.store._journal import JournalBatch
 
-__all__ = ["BaseMetadataStore", "RunFilter"]
+__all__ = ["BaseMetadataStore", "MetadataReader", "RunFilter"]
 
 
 class RunFilter:
@@ -43,6 +43,28 @@ class RunFilter:
         self.order_by_metric = order_by_metric
         self.ascending = ascending
         self.limit = limit
+
+
+class MetadataReader(Protocol):
+    """The read methods that listing commands use (``Workspace.reader``): every
+    :class:`BaseMetadataStore` has them, and so has the read-only SQLite reader
+    (``_sqlite_read``). Same meaning and errors as the store's methods."""
+
+    def get_run(self, run_id: str) -> RunRecord: ...
+
+    def list_runs(self, flt: RunFilter | None = None) -> list[RunRecord]: ...
+
+    def run_ids_around(self, first: str, last: str) -> list[str]: ...
+
+    def latest_metrics(self, run_ids: Sequence[str]) -> dict[str, dict[str, MetricPoint]]: ...
+
+    def run_artifacts(self, run_id: str) -> dict[str, ArtifactRecord]: ...
+
+    def list_dataset_versions(self, name: str | None = None) -> list[DatasetRecord]: ...
+
+    def list_model_versions(self, name: str | None = None) -> list[ModelVersionRecord]: ...
+
+    def get_aliases(self, name: str) -> dict[str, int]: ...
 
 
 class BaseMetadataStore(abc.ABC):

@@ -21,11 +21,12 @@ from sqlalchemy import (
     Text,
 )
 
+from reprise.store._rows import HEAD_REVISION
+
 __all__ = ["HEAD_REVISION", "metadata"]
 
-# Must equal the newest revision in migrations/versions. Kept here as a constant
-# so that checking "is the database current?" needs no Alembic import (0.6 s).
-HEAD_REVISION = "0004_registry"
+# HEAD_REVISION (the newest revision in migrations/versions) lives in _rows, which
+# needs no SQLAlchemy, so the read-only SQLite reader can check it too.
 
 metadata = MetaData()
 

@@ -18,6 +18,8 @@ from sqlalchemy.engine import Connection
 
 from reprise.core._types import GENESIS_HASH, AuditEvent, ModelVersionRecord, audit_hash
 from reprise.store import _schema as s
+from reprise.store._rows import loads as _loads
+from reprise.store._rows import version_record as _version
 
 __all__ = ["SqlRegistryMixin"]
 
@@ -183,18 +185,3 @@ class SqlRegistryMixin:
                                                              h.c.alias == alias)
                                 .order_by(h.c.seq)).all()
         return [int(r[0]) for r in rows]
-
-
-def _loads(text: str | None) -> Any:
-    return json.loads(text) if text else {}
-
-
-def _version(r: Any) -> ModelVersionRecord:
-    sig = r.get("signature")
-    return ModelVersionRecord(name=r["name"], version=int(r["version"]),
-                              package_hash=r["package_hash"], run_id=r.get("run_id"),
-                              status=r["status"],
-                              signature=json.loads(sig) if sig else None,
-                              metrics=_loads(r.get("metrics")), meta=_loads(r.get("meta")),
-                              created_at=float(r["created_at"]))
-

@@ -2,7 +2,8 @@
 
 Opening the metadata store costs the SQLAlchemy import (~0.3 s), so nothing
 here touches it until a caller asks for ``metadata``. The first access also
-recovers journals left by dead processes (see ``_journal``).
+recovers journals left by dead processes (see ``_journal``). Listing commands
+ask for ``reader`` instead, which skips both when there is nothing to recover.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from reprise.store._journal import SUFFIX, read_journal, try_lock
 
 if TYPE_CHECKING:
     from reprise.store._artifacts import BaseArtifactStore
-    from reprise.store._metadata_base import BaseMetadataStore
+    from reprise.store._metadata_base import BaseMetadataStore, MetadataReader
+    from reprise.store._sqlite_read import SqliteReader
 
 __all__ = ["FsckReport", "GcReport", "Workspace"]
 
@@ -68,6 +70,7 @@ class Workspace:
         self.config = config
         self._metadata: BaseMetadataStore | None = None
         self._artifacts: BaseArtifactStore | None = None
+        self._reader: SqliteReader | None = None
         self._identity = _identity(config.workspace_dir)
 
     def is_current(self) -> bool:
@@ -105,7 +108,28 @@ class Workspace:
             self.recover()
         return self._metadata
 
+    @property
+    def reader(self) -> MetadataReader:
+        """Read-only queries for listing commands. On the embedded SQLite database, when
+        no journal waits to be ingested, these run on the standard library's sqlite3
+        without loading SQLAlchemy; otherwise (PostgreSQL, a schema to migrate, a
+        journal to recover or catch up) this is :attr:`metadata`."""
+        if self._metadata is None:
+            if self._reader is None:
+                from reprise.store._sqlite_read import open_reader
+
+                self._reader = open_reader(self.config.store_url, self.journals_dir)
+            elif self._reader.journals_pending(self.journals_dir):  # a run wrote since
+                self._reader.close()
+                self._reader = None
+            if self._reader is not None:
+                return self._reader
+        return self.metadata
+
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         if self._metadata is not None:
             self._metadata.close()
             self._metadata = None
