@@ -514,11 +514,12 @@ from reprise.store._ml import (  # noqa: E402
     TorchModuleMaterializer,
     TorchTensorMaterializer,
 )
+from reprise.store._tree import TreeMaterializer  # noqa: E402
 
 _BUILTINS: tuple[Materializer, ...] = (
     NumpyMaterializer(), PandasMaterializer(), ArrowMaterializer(), BytesMaterializer(),
     DirMaterializer(), FileMaterializer(), SklearnMaterializer(), TorchModuleMaterializer(),
-    TorchTensorMaterializer(), JsonMaterializer(),
+    TorchTensorMaterializer(), JsonMaterializer(), TreeMaterializer(),
 )
 _BUILTIN_NAMES = frozenset(m.name for m in _BUILTINS)
 _user: list[Materializer] = []  # newest first
