@@ -12,10 +12,12 @@ and its hash is the folder's content hash::
 
 Entries are sorted by path, so equal trees have equal hashes whatever their
 timestamps, owners or modes (``--link`` makes the files read-only, which must not
-change the folder's hash; checked-out files are 0o644). Files are hashed in parallel (large ones over memory-map
-windows, see :func:`reprise.core._hashing.hash_file`), never read whole into
-memory; a :class:`~reprise.store._statcache.StatCache` skips files whose stat
-stamp has not changed since they were last stored.
+change the folder's hash; checked-out files are 0o644). Files are hashed in
+parallel (large ones over memory-map windows, see
+:func:`reprise.core._hashing.hash_file`), never read whole into memory, and
+written in one durable batch (:meth:`LocalArtifactStore.put_files`); a
+:class:`~reprise.store._statcache.StatCache` skips files whose stat stamp has
+not changed since they were last stored.
 """
 
 from __future__ import annotations
