@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import itertools
 import os
 import shutil
 import tempfile
@@ -356,16 +357,20 @@ class LocalArtifactStore(BaseArtifactStore):
         folder of 20,000 small files costs a few disk flushes instead of two per file;
         a blob still only appears complete and durable under its name."""
         made: list[str] = []
+        names = itertools.count()
+        prefix = str(self.root / "tmp" / f"{TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}-")
 
         def stage(path: str | os.PathLike[str]) -> tuple[str, int, str | None]:
+            tmp = f"{prefix}{next(names)}"  # unique without a syscall per file (uuid4)
+            if not link:
+                small = self._stage_small(path, tmp, made)
+                if small is not None:
+                    return small
             src = Path(path)
             before = src.stat()
-            if before.st_size <= _SMALL and not link:
-                return self._stage_small(src, made)
             h = hash_file(src)
             if self._present(self._blob(h), before.st_size):
                 return h, before.st_size, None
-            tmp = str(self.root / "tmp" / f"{TMP_PREFIX}{uuid.uuid4().hex}")
             made.append(tmp)
             try:
                 if not link:
@@ -392,10 +397,14 @@ class LocalArtifactStore(BaseArtifactStore):
                     os.unlink(tmp)
         return [(h, size) for h, size, _ in staged]
 
-    def _stage_small(self, src: Path, made: list[str]) -> tuple[str, int, str | None]:
-        """A small file read once: hashed from memory and written to a read-only temp."""
+    def _stage_small(self, src: str | os.PathLike[str], tmp: str, made: list[str]
+                     ) -> tuple[str, int, str | None] | None:
+        """A small file read once: hashed from memory and written to a read-only temp
+        (None for a file too large for that)."""
         with open(src, "rb", buffering=0) as f:
             before = os.fstat(f.fileno())
+            if before.st_size > _SMALL:
+                return None
             data = f.read(before.st_size + 1)
             after = os.fstat(f.fileno())
         if len(data) != before.st_size or after.st_mtime_ns != before.st_mtime_ns:
@@ -403,7 +412,6 @@ class LocalArtifactStore(BaseArtifactStore):
         h = hash_bytes(data)
         if self._present(self._blob(h), len(data)):
             return h, len(data), None
-        tmp = str(self.root / "tmp" / f"{TMP_PREFIX}{uuid.uuid4().hex}")
         made.append(tmp)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
         try:
