@@ -31,8 +31,8 @@ def add(
         "--allow-type-change", help="Accept column types that differ from the last version.")
     ] = False,
     link: Annotated[bool, typer.Option(
-        "--link", help="Hard-link the file into the store instead of copying it (the file "
-        "becomes read-only).")] = False,
+        "--link", help="Hard-link the file (or the folder's files) into the store instead of "
+        "copying (the files become read-only).")] = False,
     na_values: Annotated[str | None, typer.Option(
         "--na-values", help=NA_HELP)] = None,
     as_json: JsonOpt = False,
@@ -90,6 +90,19 @@ def diff(
         render.print_json(out)
         return
     render.dataset_diff(out)
+
+
+@data_app.command("checkout")
+def checkout(
+    ref: Annotated[str, typer.Argument(metavar="NAME[@N]", help="Dataset version (default: newest).")],
+    dest: Annotated[Path, typer.Argument(help="Where to write it: a new or empty folder for "
+                                               "folder datasets, else a file or folder.")],
+) -> None:
+    """Write a version back out: a folder dataset as its folder, any other as its file."""
+    from reprise.data._dataset import checkout_dataset
+
+    out = checkout_dataset(ref, dest, workspace=_ws())
+    typer.echo(f"wrote {ref} to {out}")
 
 
 @data_app.command("schema")

@@ -14,17 +14,25 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import itertools
 import os
 import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 from urllib.parse import unquote, urlsplit
 
-from reprise.core._atomic import TMP_PREFIX, atomic_write, fsync_dir, fsync_path
+from reprise.core._atomic import (
+    TMP_PREFIX,
+    atomic_write,
+    fsync_dir,
+    fsync_path,
+    sync_filesystem,
+)
 from reprise.core._hashing import hash_bytes, hash_file, is_hash, new_hasher
 from reprise.core.errors import (
     ArtifactNotFoundError,
@@ -43,6 +51,7 @@ __all__ = [
 ]
 
 _CHUNK = 1 << 20
+_SMALL = 1 << 20  # put_files reads files up to this size into memory once, not three times
 _MAX_NAME = 255
 _NAME_RULES = (
     "use a relative POSIX path such as 'model/weights.npy': '/'-separated parts, no '.' or "
@@ -136,6 +145,14 @@ class BaseArtifactStore(abc.ABC):
         """Like :meth:`put_file`, but a local store may hard-link the file instead of
         copying it (see :meth:`LocalArtifactStore.link_file`); others copy."""
         return self.put_file(path)
+
+    def put_files(self, paths: Sequence[str | os.PathLike[str]], *, link: bool = False,
+                  workers: int = 8) -> list[tuple[str, int]]:
+        """Store many local files (hard-linked where :meth:`link_file` would); return
+        their ``(hash, size)`` in order. A store may batch the work (see
+        :meth:`LocalArtifactStore.put_files`); the guarantees are :meth:`put_file`'s."""
+        put = self.link_file if link else self.put_file
+        return [put(p) for p in paths]
 
     @abc.abstractmethod
     def exists(self, h: str) -> bool:
@@ -331,6 +348,95 @@ class LocalArtifactStore(BaseArtifactStore):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
         return h, before.st_size
+
+    def put_files(self, paths: Sequence[str | os.PathLike[str]], *, link: bool = False,
+                  workers: int = 8) -> list[tuple[str, int]]:
+        """Store many files at once: each is hashed and copied (or hard-linked) to a temp
+        file by a pool of threads, then one ``syncfs`` makes all the copies durable
+        before any is renamed to its hash, and each blob folder is fsynced once. A
+        folder of 20,000 small files costs a few disk flushes instead of two per file;
+        a blob still only appears complete and durable under its name."""
+        made: list[str] = []
+        names = itertools.count()
+        prefix = str(self.root / "tmp" / f"{TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}-")
+
+        def stage(path: str | os.PathLike[str]) -> tuple[str, int, str | None]:
+            tmp = f"{prefix}{next(names)}"  # unique without a syscall per file (uuid4)
+            if not link:
+                small = self._stage_small(path, tmp, made)
+                if small is not None:
+                    return small
+            src = Path(path)
+            before = src.stat()
+            h = hash_file(src)
+            if self._present(self._blob(h), before.st_size):
+                return h, before.st_size, None
+            made.append(tmp)
+            try:
+                if not link:
+                    raise OSError
+                os.link(src, tmp)
+            except OSError:  # copying, or links not possible here (another filesystem)
+                shutil.copyfile(src, tmp)
+            after = src.stat()
+            if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+                raise StoreError(f"{src} changed while it was being stored; store it again.")
+            return h, before.st_size, tmp
+
+        (self.root / "tmp").mkdir(parents=True, exist_ok=True)
+        try:
+            if workers > 1 and len(paths) > 1:
+                with ThreadPoolExecutor(max_workers=workers) as pool:
+                    staged = list(pool.map(stage, paths))
+            else:
+                staged = [stage(p) for p in paths]
+            self._commit_many([(h, tmp) for h, _, tmp in staged if tmp is not None])
+        finally:
+            for tmp in made:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        return [(h, size) for h, size, _ in staged]
+
+    def _stage_small(self, src: str | os.PathLike[str], tmp: str, made: list[str]
+                     ) -> tuple[str, int, str | None] | None:
+        """A small file read once: hashed from memory and written to a read-only temp
+        (None for a file too large for that)."""
+        with open(src, "rb", buffering=0) as f:
+            before = os.fstat(f.fileno())
+            if before.st_size > _SMALL:
+                return None
+            data = f.read(before.st_size + 1)
+            after = os.fstat(f.fileno())
+        if len(data) != before.st_size or after.st_mtime_ns != before.st_mtime_ns:
+            raise StoreError(f"{src} changed while it was being stored; store it again.")
+        h = hash_bytes(data)
+        if self._present(self._blob(h), len(data)):
+            return h, len(data), None
+        made.append(tmp)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        return h, len(data), tmp
+
+    def _commit_many(self, staged: list[tuple[str, str]]) -> None:
+        if not staged:
+            return
+        sync_filesystem(self.root / "tmp")
+        folders: set[Path] = set()
+        for h, tmp in staged:
+            target = self._blob(h)
+            if target.parent not in folders:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                folders.add(target.parent)
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, target)
+        for folder in sorted(folders):
+            fsync_dir(folder)
+        fsync_dir(self.root / "blobs")
 
     def put_stream(self, chunks: Iterable[bytes]) -> tuple[str, int]:
         hasher, size = new_hasher(), 0

@@ -244,6 +244,7 @@ class Workspace:
         report = FsckReport()
         arts = self.artifacts
         recorded = {a.hash: a for a in self.metadata.list_artifacts()}
+        children = self._tree_children(list(recorded.values()), set(recorded), strict=False)
         for h, rec in recorded.items():
             report.checked += 1
             if not arts.exists(h):
@@ -251,7 +252,7 @@ class Workspace:
             elif arts.size(h) != rec.size or (verify_hashes and not arts.verify(h)):
                 report.corrupted.append(h)
         for h in arts.iter_hashes():
-            if h not in recorded:
+            if h not in recorded and h not in children:
                 report.unrecorded.append(h)
                 if verify_hashes and not arts.verify(h):
                     report.corrupted.append(h)
@@ -266,7 +267,9 @@ class Workspace:
         report = GcReport(dry_run=dry_run)
         store, arts = self.metadata, self.artifacts
         referenced = store.referenced_artifact_hashes() | self._pending_journal_hashes()
-        recorded = {a.hash for a in store.list_artifacts()}
+        records = store.list_artifacts()
+        recorded = {a.hash for a in records}
+        referenced |= self._tree_children(records, referenced)
         now = time.time()
         doomed: list[str] = []
         for h in set(arts.iter_hashes()) | recorded:
@@ -286,6 +289,25 @@ class Workspace:
             store.delete_artifacts(sorted(doomed))
             report.temp_files_removed = arts.sweep_temp(grace_seconds)
         return report
+
+    def _tree_children(self, records: list[Any], among: set[str], *, strict: bool = True
+                       ) -> set[str]:
+        """The file blobs of the folder manifests in ``among`` (they live as long as the
+        manifest does). gc is ``strict``: a manifest it cannot read stops it, since
+        deleting what that manifest names would lose data; fsck skips it (and reports
+        the manifest itself as corrupt)."""
+        from reprise.core.errors import RepriseError
+        from reprise.store._tree import tree_children
+
+        out: set[str] = set()
+        for rec in records:
+            if rec.materializer == "tree" and rec.hash in among:
+                try:
+                    out.update(tree_children(self.artifacts, rec.hash))
+                except RepriseError:
+                    if strict:
+                        raise
+        return out
 
     def _pending_journal_hashes(self) -> set[str]:
         out: set[str] = set()
