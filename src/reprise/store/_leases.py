@@ -108,7 +108,7 @@ def _held(path: Path, *, remove_dead: bool) -> bool | None:
 
 def live_pins(root: Path) -> set[str]:
     """Hashes pinned by live processes; lease files of dead ones are removed."""
-    pins, out = root / "pins", set()
+    pins, out = root / "pins", set[str]()
     if not pins.is_dir():
         return out
     for entry in os.scandir(pins):
