@@ -249,13 +249,10 @@ class Workspace:
         report = GcReport(dry_run=dry_run)
         store, arts = self.metadata, self.artifacts
         on_disk = set(arts.iter_hashes())
-        referenced = arts.live_pins()
-        referenced |= self._pending_journal_hashes()
-        referenced |= store.referenced_artifact_hashes()
-        recorded = {a.hash for a in store.list_artifacts()}
+        unreferenced = (on_disk | {a.hash for a in store.list_artifacts()}) - self._referenced()
         now = time.time()
         doomed: list[str] = []
-        for h in sorted((on_disk | recorded) - referenced):
+        for h in sorted(unreferenced):
             if h in on_disk and _age(arts, h, now) < grace_seconds:
                 report.kept_recent += 1
                 continue
@@ -265,9 +262,11 @@ class Workspace:
             report.bytes_freed = sum(_size(arts, h) for h in doomed)
             return report
         with arts.gc_lock():  # writers pin under the shared lock: none is half-way now
-            pinned = arts.live_pins()
-            report.kept_recent += sum(h in pinned for h in doomed)
-            doomed = [h for h in doomed if h not in pinned]
+            # again: a writer that pinned a doomed blob since the first pass is either
+            # alive (pinned) or wrote its reference before it died
+            keep = self._referenced()
+            report.kept_recent += sum(h in keep for h in doomed)
+            doomed = [h for h in doomed if h not in keep]
             store.delete_artifacts(doomed)
             for h in doomed:
                 report.removed.append(h)
@@ -275,6 +274,14 @@ class Workspace:
                 arts.delete(h)
         report.temp_files_removed = arts.sweep_temp(grace_seconds)
         return report
+
+    def _referenced(self) -> set[str]:
+        """Pins of live processes, then active journals, then the database: in this order,
+        a reference moving from one to the next (a journal ingested, then archived) is
+        never missed."""
+        referenced = self.artifacts.live_pins()
+        referenced |= self._pending_journal_hashes()
+        return referenced | self.metadata.referenced_artifact_hashes()
 
     def _pending_journal_hashes(self) -> set[str]:
         """Blobs named by active journals: logged artifacts and steps' inputs and outputs."""
