@@ -137,6 +137,9 @@ def promote(
 
     v = _version(version)
     before = do(name, v, alias, force=force, reason=reason, workspace=_ws())
+    if before == v:
+        typer.echo(f"{name}@{alias} is already {v}; nothing changed")
+        return
     was = f" (was {before})" if before is not None else ""
     typer.echo(f"{name}@{alias} -> {v}{was}")
 

@@ -13,6 +13,7 @@ from sqlalchemy import (
     Column,
     Float,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     MetaData,
@@ -183,6 +184,8 @@ models = Table(
     Column("name", NAME, primary_key=True),
     Column("description", Text),
     Column("created_at", Float, nullable=False),
+    # revision 0005: the highest version number ever given (deleting never lowers it)
+    Column("last_version", Integer, nullable=False, server_default="0"),
 )
 
 model_versions = Table(
@@ -207,6 +210,9 @@ aliases = Table(
     Column("alias", NAME, primary_key=True),
     Column("version", Integer, nullable=False),
     Column("updated_at", Float, nullable=False),
+    # revision 0005: an alias always names a version that exists
+    ForeignKeyConstraint(["name", "version"], ["model_versions.name", "model_versions.version"],
+                         name="fk_aliases_model_versions"),
 )
 
 audit_events = Table(
