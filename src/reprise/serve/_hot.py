@@ -45,9 +45,11 @@ _logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _Route = tuple[bool, str, str | None]  # (Open Inference Protocol?, name, version)
 # Bodies up to this size are parsed, checked and answered on the event loop (well under
-# a millisecond of work; a thread hand-off would cost more); larger ones in a thread, so
-# that the loop keeps answering health probes and small requests meanwhile.
-_INLINE_BYTES = 64 * 1024
+# a millisecond each; a thread hand-off would cost a sizeable share of a single-row
+# request); larger ones in the server's request threads, so that the loop keeps
+# answering health probes and small requests meanwhile. Kept small: the loop runs its
+# ready work in turn, so a probe can wait behind every inline check of the moment.
+_INLINE_BYTES = 8 * 1024
 
 
 def match(path: str) -> _Route | None:
