@@ -26,6 +26,7 @@ AUTH = {"authorization": f"Bearer {TOKEN}"}
 PREDICT = "/v1/models/churn/predict"
 MAX_CONNECTIONS = 24
 HEADER_TIMEOUT = 1.0
+BODY_TIMEOUT = 5.0
 ROW = {"a": 0.5, "b": -1.0, "c": 2.0}
 
 
@@ -53,7 +54,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]
     proc = subprocess.Popen(
         [sys.executable, "-m", "reprise.cli", "serve", "churn@production", "--port",
          str(port), "--max-connections", str(MAX_CONNECTIONS), "--header-timeout",
-         str(HEADER_TIMEOUT), "--allowed-origin", "http://app.example",
+         str(HEADER_TIMEOUT), "--body-timeout", str(BODY_TIMEOUT), "--allowed-origin", "http://app.example",
          "--latency-budget-ms", "60000", "--log-level", "error"],
         cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 90
@@ -156,6 +157,19 @@ def test_a_dribbled_head_is_timed_out(server: tuple[str, int]) -> None:
         data = _read_all(s)
     assert data.startswith(b"HTTP/1.1 408 "), data[:200]
     assert time.monotonic() - t0 < HEADER_TIMEOUT + 3
+
+
+def test_a_dribbled_body_is_timed_out(server: tuple[str, int]) -> None:
+    _, port = server
+    head = (f"POST {PREDICT} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}"
+            "\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+    t0 = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+        s.sendall(head.encode() + b'{"records": [')
+        data = _read_all(s)
+    assert data.startswith(b"HTTP/1.1 408 "), data[:200]
+    assert b"body did not arrive" in data
+    assert time.monotonic() - t0 < BODY_TIMEOUT + 5
 
 
 def test_connections_beyond_the_limit_are_refused_fast(server: tuple[str, int]) -> None:
