@@ -289,3 +289,15 @@ def test_the_bearer_scheme_is_case_insensitive_and_one_token_is_allowed(
     assert other.status_code == 401
     assert two.status_code == 400 and "Authorization" in two.json()["error"]
     assert two_right.status_code == 400
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"max_header_bytes": 0}, "max_header_bytes"), ({"max_connections": 0}, "max_connections"),
+    ({"header_timeout": 0}, "header_timeout"), ({"body_timeout": -1}, "body_timeout"),
+    ({"allowed_origins": ("app.example",)}, "scheme://host")])
+def test_bad_limits_are_configuration_errors(change: dict[str, Any], named: str) -> None:
+    from reprise.core.errors import ConfigError
+    from reprise.serve import Settings
+
+    with pytest.raises(ConfigError, match=named):
+        Settings(**change)
