@@ -41,11 +41,11 @@ def serve(
     max_connections: Annotated[int, typer.Option(
         help="Open connections beyond this are refused at once (503).")] = 1000,
     allowed_host: Annotated[list[str] | None, typer.Option(
-        help="A host name the Host header may carry (repeat; default: any, or only "
+        metavar="HOST", help="A host name the Host header may carry (repeat; default: any, or only "
              "the loopback names when bound to loopback).")] = None,
     allowed_origin: Annotated[list[str] | None, typer.Option(
-        help="A browser origin (https://app.example) allowed to call from another site "
-             "(repeat; default: none).")] = None,
+        metavar="ORIGIN", help="A browser origin (https://app.example) allowed to call "
+                                "from another site (repeat; default: none).")] = None,
     access_log: Annotated[bool, typer.Option("--access-log", help="Log every request.")
                           ] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
