@@ -104,6 +104,8 @@ def data_add_command(name: str, path: str, *, schema: str | None, quarantine: bo
 def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
                   max_wait_ms: float, latency_budget_ms: float, poll_interval: float,
                   max_body_bytes: int, extra_columns: str | None, out_of_range: str | None,
+                  max_header_bytes: int, header_timeout: float, body_timeout: float,
+                  max_connections: int, allowed_host: list[str], allowed_origin: list[str],
                   access_log: bool, log_level: str) -> int:
     """Serve registered models until stopped; return the exit code."""
     from reprise.core import require
@@ -118,7 +120,10 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
     settings = Settings(max_batch_size=max_batch_size, max_wait_ms=max_wait_ms,
                         latency_budget_ms=latency_budget_ms, poll_interval=poll_interval,
                         max_body_bytes=max_body_bytes, extra_columns=extra_columns,
-                        out_of_range=out_of_range)
+                        out_of_range=out_of_range, max_header_bytes=max_header_bytes,
+                        header_timeout=header_timeout, body_timeout=body_timeout,
+                        max_connections=max_connections, allowed_hosts=tuple(allowed_host),
+                        allowed_origins=tuple(allowed_origin))
     run_server(RegistrySource(workspace()), refs, settings=settings, host=host, port=port,
                log_level=log_level, access_log=access_log)
     return 0
@@ -175,6 +180,12 @@ def _serve_parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
     ap.add_argument("--extra-columns", default=None)
     ap.add_argument("--out-of-range", default=None)
+    ap.add_argument("--max-header-bytes", type=int, default=64 * 1024)
+    ap.add_argument("--header-timeout", type=float, default=10.0)
+    ap.add_argument("--body-timeout", type=float, default=60.0)
+    ap.add_argument("--max-connections", type=int, default=1000)
+    ap.add_argument("--allowed-host", action="append", default=[])
+    ap.add_argument("--allowed-origin", action="append", default=[])
     ap.add_argument("--access-log", action="store_true")
     ap.add_argument("--log-level", default="info")
     return ap

@@ -47,6 +47,13 @@ def create_app(source: ModelSource, refs: list[str], *, settings: Settings | Non
     _health_routes(app, state)
     _oip_routes(app, state)
     app.add_middleware(HotPath, state=state)
+    if state.settings.allowed_origins:  # outermost: answers CORS preflights itself
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=list(state.settings.allowed_origins),
+                           allow_methods=["GET", "POST"], max_age=600,
+                           allow_headers=["authorization", "content-type",
+                                          "inference-header-content-length"])
     default_openapi = app.openapi
 
     def openapi() -> dict[str, Any]:
