@@ -170,6 +170,8 @@ class _Loaded:
         self.name, self.version, self.package = name, version, package
         self.signature = package.signature
         self.example = package.example
+        # what float inputs become inside the model (torch packages compute in float32)
+        self.float_dtype = "float32" if package.flavor == "torch" else "float64"
 
     def predict(self, columns: dict[str, Any]) -> dict[str, Any]:
         return self.package.predict(columns)

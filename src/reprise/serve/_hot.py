@@ -14,10 +14,12 @@ import hmac
 import logging
 import time
 from typing import Any
+from urllib.parse import unquote
 
 from reprise.core import new_id
 from reprise.serve._batcher import Closed, Overloaded, PredictFailed, Result
 from reprise.serve._binary import Wants, binary_outputs, encode_answer, read_infer
+from reprise.serve._finite import check_inputs, check_outputs
 from reprise.serve._http import (
     ClientGone,
     HTTPError,
@@ -43,9 +45,21 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz", "/v2/health/live", "/v2/health/re
 _Route = tuple[bool, str, str | None]  # (Open Inference Protocol?, name, version)
 
 
-def match(path: str) -> _Route | None:
-    """``/v1/models/N[/versions/V]/predict`` or ``/v2/models/N[/versions/V]/infer``."""
-    parts = path.split("/")
+def match(path: str, raw_path: bytes | None = None) -> _Route | None:
+    """``/v1/models/N[/versions/V]/predict`` or ``/v2/models/N[/versions/V]/infer``.
+
+    Split on the path as sent (``raw_path``) and only then percent-decoded segment by
+    segment, so that ``%2F`` inside a name stays in the name (which the name rule then
+    refuses) instead of becoming a separator that moves the other segments."""
+    if raw_path is None:
+        parts = path.split("/")
+    else:
+        try:
+            parts = [unquote(p, errors="strict") for p in raw_path.partition(b"?")[0]
+                     .decode("ascii").split("/")]
+        except UnicodeDecodeError:  # not percent-encoded UTF-8: the name rule refuses it
+            parts = [p if p.isascii() else "\ufffd"
+                     for p in raw_path.partition(b"?")[0].decode("latin-1").split("/")]
     if len(parts) not in (5, 7) or parts[0] or parts[2] != "models" or not parts[3]:
         return None
     if len(parts) == 7 and (parts[4] != "versions" or not parts[5]):
@@ -79,7 +93,7 @@ class HotPath:
             await send_bytes(send, 401, dumps(error.body(oip=path.startswith("/v2"))),
                              error.headers)
             return
-        route = match(path)
+        route = match(path, scope.get("raw_path"))
         if route is None:
             await self.app(scope, receive, send)
         elif scope["method"] != "POST":
@@ -131,7 +145,9 @@ class HotPath:
         if not checked.ok:
             raise HTTPError(422, "the request does not match the model's signature",
                             kind="invalid", fields=[e.to_dict() for e in checked.errors])
+        check_inputs(model, checked.columns)
         result = await _run(model, checked.columns, checked.rows)
+        check_outputs(model, result)
         return v1_answer(model, checked, result, columnar)
 
     async def _infer(self, model: ServedModel, payload: Any,
@@ -139,7 +155,9 @@ class HotPath:
         checked, request_id, requested = check_infer(model, payload)
         wants: Wants = binary_outputs(payload)
         self._count_out_of_range(model, checked.out_of_range)
+        check_inputs(model, checked.columns)
         result = await _run(model, checked.columns, checked.rows)
+        check_outputs(model, result)
         answer = infer_answer(model, result, checked.rows, request_id, requested)
         return encode_answer(answer, wants)
 
