@@ -14,6 +14,7 @@ column that fails is walked in Python to find the first bad row.
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 from reprise.serve._batcher import Result
@@ -23,23 +24,37 @@ from reprise.serve._models import ServedModel
 __all__ = ["check_inputs", "check_outputs"]
 
 _LIMITS = {"float64": math.inf, "float32": 3.4028234663852886e38}
+_FLOAT_INPUTS: weakref.WeakKeyDictionary[ServedModel, list[str]] = weakref.WeakKeyDictionary()
 
 
 def check_inputs(model: ServedModel, columns: dict[str, Any]) -> None:
     """Raise a 422 naming the first float input with a non-finite value (as converted)."""
     limit = _LIMITS.get(getattr(model.servable, "float_dtype", "float64"), math.inf)
-    for f in model.signature.inputs:
-        values = columns.get(f.name)
-        if f.dtype != "float" or type(values) is not list:
-            continue
-        row = _first_bad(values, limit)
+    names = _float_inputs(model)
+    if limit == math.inf:  # the common case: one sum over every float column
+        try:
+            if math.isfinite(sum([sum(columns[n], 0.0) for n in names], 0.0)):
+                return
+        except (TypeError, OverflowError, KeyError):  # nulls, tensors, huge integers
+            pass
+    for name in names:
+        values = columns.get(name)
+        row = _first_bad(values, limit) if type(values) is list else None
         if row is not None:
-            model.metrics.non_finite(model.name, str(model.version), "input", f.name)
+            model.metrics.non_finite(model.name, str(model.version), "input", name)
             dtype = "float32" if limit < math.inf else "float64"
-            raise HTTPError(422, f"input {f.name!r} row {row} is not a finite {dtype} "
+            raise HTTPError(422, f"input {name!r} row {row} is not a finite {dtype} "
                             "number (NaN, infinity, or too large for the model's "
                             f"{dtype}); send finite values within its range",
                             kind="non_finite")
+
+
+def _float_inputs(model: ServedModel) -> list[str]:
+    names = _FLOAT_INPUTS.get(model)
+    if names is None:
+        names = _FLOAT_INPUTS[model] = [f.name for f in model.signature.inputs
+                                        if f.dtype == "float"]
+    return names
 
 
 def check_outputs(model: ServedModel, result: Result) -> None:
