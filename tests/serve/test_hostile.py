@@ -139,6 +139,18 @@ def test_an_encoded_slash_stays_in_the_name_and_the_name_rule_applies() -> None:
     assert good.status_code == 200 and good.json()["version"] == 2
 
 
+@pytest.mark.parametrize("path", [
+    "/v1/models/%FF/predict", "/v1/models/%00/predict", "/v1/models/%2E%2E/predict",
+    "/v2/models/%FF/infer", "/v2/models/churn/versions/%FF/infer",
+    "/v1/models/churn/versions/%C2%B2/predict", "/v1/models/churn/versions/1%2F2/predict",
+    "/v1/models/churn/versions/" + "9" * 40 + "/predict", "/v1/models/" + "a" * 300 + "/predict",
+    "/v2/models/%FF", "/v2/models/churn/versions/%C2%B2/ready", "/v2/models/%0A/ready"])
+def test_no_url_reaches_a_500(path: str) -> None:
+    for r in _session(("POST" if path.endswith(("predict", "infer")) else "GET", path,
+                       [GOOD]))[:1]:
+        assert 400 <= r.status_code < 500 and list(r.json()) == ["error"], (path, r.text)
+
+
 def test_registry_refs_take_ascii_version_digits_only() -> None:
     from reprise.core.errors import UserError
     from reprise.registry._registry import split_ref

@@ -193,7 +193,8 @@ def infer_answer(model: ServedModel, result: Result, rows: int, request_id: str,
     for name in names:
         values = result.outputs.get(name)
         if values is None:
-            raise _bad(f"output {name!r} does not exist; outputs: {', '.join(result.outputs)}")
+            raise _bad(f"output {_label(name)} does not exist; outputs: "
+                       f"{', '.join(result.outputs)}")
         row_shape = result.row_shapes.get(name)
         if row_shape is None:
             row_shape = _shape_of(values[0]) if values else ()
