@@ -250,3 +250,4 @@ def test_values_that_fit_their_datatype_are_accepted() -> None:
         {**Y, "shape": [2], "datatype": "UINT8", "data": [255, 0]},
         {**PLAN, "shape": [2], "data": ["gold", "basic"]}]}))
     assert r.status_code == 200, r.text
+
