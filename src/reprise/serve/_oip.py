@@ -119,10 +119,7 @@ def _column(tensor: Any, fields: dict[str, Field], extra: str,
             return None
         raise _bad(f"unexpected input {_label(name)}: not an input of this model (inputs: "
                    + ", ".join(list(fields)[:10]) + "); see GET /v2/models/NAME")
-    if (not isinstance(shape, list) or not 0 < len(shape) <= _MAX_DIMS
-            or not all(type(d) is int and d >= 0 for d in shape)):
-        raise _bad(f"input {name!r}: \"shape\" must be a list of at most {_MAX_DIMS} "
-                   "non-negative integers, the first one the number of rows")
+    shape = _check_shape(name, shape, f)
     if datatype not in DATATYPES:
         raise _bad(f"input {name!r}: \"datatype\" must be one of {sorted(DATATYPES)}")
     if not isinstance(data, list):
@@ -130,10 +127,6 @@ def _column(tensor: Any, fields: dict[str, Field], extra: str,
     if datatype not in _ACCEPTS[f.dtype]:
         raise _bad(f"input {name!r}: datatype {datatype} does not fit {f.expected()}; send "
                    f"{_DATATYPE[f.dtype]}")
-    row_shape = tuple(shape[1:])
-    if (row_shape not in ((), (1,))) if not f.shape else row_shape != f.shape:
-        expected = ", ".join(["rows", *map(str, f.shape)]) if f.shape else "rows] or [rows, 1"
-        raise _bad(f"input {name!r}: shape {shape}; expected [{expected}]")
     flat = _flatten(data) if data and isinstance(data[0], list) else data
     count = elements(shape)
     if len(flat) != count or (count == 0 and shape[0] != 0):
@@ -143,6 +136,21 @@ def _column(tensor: Any, fields: dict[str, Field], extra: str,
     if not (isinstance(params, dict) and "binary_data_size" in params):
         check_datatype(name, datatype, flat)  # binary data was decoded as its datatype
     return name, (_nest(flat, shape) if f.shape else flat), shape[0]
+
+
+def _check_shape(name: str, shape: Any, f: Field) -> list[int]:
+    """A list of at most 32 non-negative integers: rows, then the field's own shape."""
+    if (not isinstance(shape, list) or not 0 < len(shape) <= _MAX_DIMS
+            or not all(type(d) is int and d >= 0 for d in shape)):
+        raise _bad(f"input {name!r}: \"shape\" must be a list of at most {_MAX_DIMS} "
+                   "non-negative integers, the first one the number of rows")
+    row_shape = tuple(shape[1:])
+    if f.shape and row_shape != f.shape:
+        raise _bad(f"input {name!r}: shape {shape}; expected [rows, "
+                   + ", ".join(map(str, f.shape)) + "]")
+    if not f.shape and row_shape not in ((), (1,)):
+        raise _bad(f"input {name!r}: shape {shape}; expected [rows] or [rows, 1]")
+    return shape
 
 
 def _label(name: str) -> str:
