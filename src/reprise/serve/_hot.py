@@ -51,15 +51,7 @@ def match(path: str, raw_path: bytes | None = None) -> _Route | None:
     Split on the path as sent (``raw_path``) and only then percent-decoded segment by
     segment, so that ``%2F`` inside a name stays in the name (which the name rule then
     refuses) instead of becoming a separator that moves the other segments."""
-    if raw_path is None:
-        parts = path.split("/")
-    else:
-        try:
-            parts = [unquote(p, errors="strict") for p in raw_path.partition(b"?")[0]
-                     .decode("ascii").split("/")]
-        except UnicodeDecodeError:  # not percent-encoded UTF-8: the name rule refuses it
-            parts = [p if p.isascii() else "\ufffd"
-                     for p in raw_path.partition(b"?")[0].decode("latin-1").split("/")]
+    parts = path.split("/") if raw_path is None else _segments(raw_path)
     if len(parts) not in (5, 7) or parts[0] or parts[2] != "models" or not parts[3]:
         return None
     if len(parts) == 7 and (parts[4] != "versions" or not parts[5]):
@@ -70,6 +62,17 @@ def match(path: str, raw_path: bytes | None = None) -> _Route | None:
     if parts[1] == "v2" and parts[-1] == "infer":
         return True, parts[3], version
     return None
+
+
+def _segments(raw_path: bytes) -> list[str]:
+    raw = raw_path.partition(b"?")[0]  # some servers (and httpx's ASGI transport) keep it
+    try:
+        text = raw.decode("ascii")
+        if "%" not in text:  # the usual case: nothing to decode
+            return text.split("/")
+        return [unquote(p, errors="strict") for p in text.split("/")]
+    except UnicodeDecodeError:  # not percent-encoded UTF-8: left encoded, the rule refuses it
+        return [p if p.isascii() else "\ufffd" for p in raw.decode("latin-1").split("/")]
 
 
 class HotPath:
