@@ -10,6 +10,7 @@ import subprocess
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -294,6 +295,30 @@ def test_distribution_for_module() -> None:
     assert distribution_for_module("reprise") == "reprise-ml"
     assert distribution_for_module("os") is None
     assert distribution_for_module("no_such_module_xyz") is None
+
+
+def test_submodules_of_regular_packages_skip_the_full_file_scan(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model's classes are looked up at every package load (``torch.nn.modules...``):
+    reading every distribution's file list cost ~1 s of a server's cold start."""
+    from importlib import metadata
+
+    import reprise.env._fingerprint as fpm
+
+    real = metadata.packages_distributions
+    scans: list[int] = []
+
+    def counting() -> Any:
+        scans.append(1)
+        return real()
+
+    monkeypatch.setattr(metadata, "packages_distributions", counting)
+    monkeypatch.setattr(fpm, "_modules", None)
+    assert distribution_for_module("numpy.linalg") == "numpy"
+    assert distribution_for_module("sklearn.linear_model._logistic") == "scikit-learn"
+    assert scans == []
+    assert distribution_for_module("google.protobuf.message") == "protobuf"
+    assert scans == [1]  # a namespace package may span distributions: the full map
 
 
 def test_seed_everything_makes_random_repeatable() -> None:

@@ -39,19 +39,10 @@ def serve(
     """Serve registered models: Reprise's JSON API, the Open Inference Protocol (KServe V2),
     health probes and Prometheus metrics. A bearer token is required when
     REPRISE_SERVE_TOKEN is set. Ctrl-C drains in-flight requests, then stops."""
-    from reprise.cli._fast import workspace
-    from reprise.core import require
-    from reprise.core.errors import UserError
+    from reprise.cli._fast import serve_command
 
-    require("uvicorn", "serve", "reprise serve")
-    from reprise.registry import RegistrySource
-    from reprise.serve import Settings, run_server
-
-    if port < 0 or port > 65535:
-        raise UserError(f"--port must be between 0 and 65535, not {port}.")
-    settings = Settings(max_batch_size=max_batch_size, max_wait_ms=max_wait_ms,
-                        latency_budget_ms=latency_budget_ms, poll_interval=poll_interval,
-                        max_body_bytes=max_body_bytes, extra_columns=extra_columns,
-                        out_of_range=out_of_range)
-    run_server(RegistrySource(workspace()), refs, settings=settings, host=host, port=port,
-               log_level=log_level, access_log=access_log)
+    serve_command(refs, host=host, port=port, max_batch_size=max_batch_size,
+                  max_wait_ms=max_wait_ms, latency_budget_ms=latency_budget_ms,
+                  poll_interval=poll_interval, max_body_bytes=max_body_bytes,
+                  extra_columns=extra_columns, out_of_range=out_of_range,
+                  access_log=access_log, log_level=log_level)
