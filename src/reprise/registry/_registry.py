@@ -29,7 +29,7 @@ from reprise.core._types import ModelVersionRecord
 from reprise.core.errors import NotFoundError, UserError
 
 __all__ = ["actor", "archive", "delete_version", "describe_model", "get_version",
-           "list_models", "parse_ref", "promote", "register_package", "rollback",
+           "is_model_name", "list_models", "parse_ref", "promote", "register_package", "rollback",
            "split_ref"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -47,8 +47,15 @@ def actor() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+def is_model_name(value: object) -> bool:
+    """Whether ``value`` follows the rule for model names (and aliases): letters, digits,
+    '.', '_' and '-', up to 100, starting with a letter or digit; nothing else (no path
+    separator, no trailing newline)."""
+    return isinstance(value, str) and _NAME.fullmatch(value) is not None
+
+
 def _check_name(kind: str, value: str) -> str:
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not is_model_name(value):
         raise UserError(f"{kind} {value!r} is not valid: use letters, digits, '.', '_' and "
                         "'-' (up to 100), starting with a letter or digit")
     return value
@@ -61,7 +68,7 @@ def split_ref(ref: str) -> tuple[str, str | None, int | None]:
         return _check_name("model name", name), _check_name("alias", alias), None
     if ":" in ref:
         name, _, version = ref.partition(":")
-        if not version.isdigit():
+        if not (version.isascii() and version.isdigit()):
             raise UserError(f"{ref!r}: after ':' comes a version number, e.g. {name}:3")
         return _check_name("model name", name), None, int(version)
     return _check_name("model name", ref), None, None

@@ -169,11 +169,11 @@ def _metadata(state: ServerState, name: str, version: str | None) -> Any:
 
 def _model_ready(state: ServerState, name: str, version: str | None) -> Any:
     """200 when ready, 400 while loading (the protocol: 4xx means not ready), 404 when the
-    model or version is not served."""
+    model or version is not served, 400 with an error for a name against the rule."""
     try:
         state.table.lookup(name, version)
     except HTTPError as exc:
-        if exc.status == 404:
-            return _json(exc.body(oip=True), 404)
+        if exc.kind != "loading":  # not served (404), or a name against the rule (400)
+            return _json(exc.body(oip=True), exc.status)
         return _json({"name": name, "ready": False}, 400)
     return _json({"name": name, "ready": not state.stopping}, 200)

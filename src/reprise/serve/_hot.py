@@ -16,11 +16,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 from reprise.core import new_id
 from reprise.registry import Validated
 from reprise.serve._batcher import Closed, Overloaded, PredictFailed, Result
 from reprise.serve._binary import Wants, binary_outputs, encode_answer, read_infer
+from reprise.serve._finite import check_inputs, check_outputs
 from reprise.serve._gate import OPEN_PATHS, Gate, check_body_type
 from reprise.serve._http import (
     ClientGone,
@@ -52,9 +54,13 @@ _Route = tuple[bool, str, str | None]  # (Open Inference Protocol?, name, versio
 _INLINE_BYTES = 8 * 1024
 
 
-def match(path: str) -> _Route | None:
-    """``/v1/models/N[/versions/V]/predict`` or ``/v2/models/N[/versions/V]/infer``."""
-    parts = path.split("/")
+def match(path: str, raw_path: bytes | None = None) -> _Route | None:
+    """``/v1/models/N[/versions/V]/predict`` or ``/v2/models/N[/versions/V]/infer``.
+
+    Split on the path as sent (``raw_path``) and only then percent-decoded segment by
+    segment, so that ``%2F`` inside a name stays in the name (which the name rule then
+    refuses) instead of becoming a separator that moves the other segments."""
+    parts = path.split("/") if raw_path is None else _segments(raw_path)
     if len(parts) not in (5, 7) or parts[0] or parts[2] != "models" or not parts[3]:
         return None
     if len(parts) == 7 and (parts[4] != "versions" or not parts[5]):
@@ -79,6 +85,17 @@ class _Job:
     wants: Wants | None = None
 
 
+def _segments(raw_path: bytes) -> list[str]:
+    raw = raw_path.partition(b"?")[0]  # some servers (and httpx's ASGI transport) keep it
+    try:
+        text = raw.decode("ascii")
+        if "%" not in text:  # the usual case: nothing to decode
+            return text.split("/")
+        return [unquote(p, errors="strict") for p in text.split("/")]
+    except UnicodeDecodeError:  # not percent-encoded UTF-8: left encoded, the rule refuses it
+        return [p if p.isascii() else "\ufffd" for p in raw.decode("latin-1").split("/")]
+
+
 class HotPath:
     """ASGI middleware: request checks for all, prediction endpoints answered here."""
 
@@ -97,7 +114,7 @@ class HotPath:
             await send_bytes(send, error.status, dumps(error.body(oip=path.startswith("/v2"))),
                              error.headers)
             return
-        route = match(path)
+        route = match(path, scope.get("raw_path"))
         if route is None:
             await self.app(scope, receive, send)
         elif scope["method"] != "POST":
@@ -169,11 +186,13 @@ class HotPath:
         if not oip and not checked.ok:
             raise HTTPError(422, "the request does not match the model's signature",
                             kind="invalid", fields=[e.to_dict() for e in checked.errors])
+        check_inputs(model, checked.columns)
         return job
 
 
 def _answer(job: _Job, result: Result) -> tuple[bytes, list[tuple[bytes, bytes]], bytes]:
     """(body, extra headers, content type) of a prediction's answer."""
+    check_outputs(job.model, result)
     if job.wants is None:
         return dumps(v1_answer(job.model, job.checked, result, job.columnar)), [], \
             b"application/json"
