@@ -44,3 +44,46 @@ def create_plain_app() -> Any:
         return {"predictions": model.predict(x).tolist()}
 
     return app
+
+
+def create_skops_app() -> Any:
+    """The cold-start peer of ``bench_coldstart.py``: the same endpoint, its model read
+    from the ``.skops`` file named by ``REPRISE_BENCH_SKOPS`` the way skops documents it
+    (every type in the file listed, then trusted), and a ``/ready`` probe."""
+    import os
+
+    import numpy as np
+    import skops.io as sio
+    from fastapi import FastAPI
+    from pydantic import BaseModel
+
+    path = os.environ["REPRISE_BENCH_SKOPS"]
+    model = sio.load(path, trusted=sio.get_untrusted_types(file=path))
+    app = FastAPI()
+
+    class Records(BaseModel):
+        records: list[dict[str, float]]
+
+    @app.get("/ready")
+    async def ready() -> dict[str, bool]:
+        return {"ready": True}
+
+    @app.post("/predict")
+    async def predict(body: Records) -> dict[str, Any]:
+        x = np.array([[r[f] for f in FEATURES] for r in body.records])
+        return {"predictions": model.predict(x).tolist()}
+
+    return app
+
+
+def create_hello_app() -> Any:
+    """The floor: FastAPI + uvicorn with one route and no model."""
+    from fastapi import FastAPI
+
+    app = FastAPI()
+
+    @app.get("/ready")
+    async def ready() -> dict[str, bool]:
+        return {"ready": True}
+
+    return app

@@ -55,6 +55,7 @@ class Server:
     ready_path: str
     cwd: Path
     port: int = 0
+    src: str = ""  # another source tree to run (--baseline-src), else the current one
     proc: subprocess.Popen[bytes] | None = None
     samples: dict[int, list[dict[str, float]]] = field(default_factory=dict)
 
@@ -122,7 +123,8 @@ def start(server: Server) -> None:
     server.port = free_port()
     flag = "-p" if server.name == "mlflow" else "--port"
     env = {k: v for k, v in os.environ.items() if k != "REPRISE_SERVE_TOKEN"}
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([p for p in (server.src, str(HERE)) if p] +
+                                        [env.get("PYTHONPATH", "")])
     env["MLFLOW_DISABLE_TELEMETRY"] = "true"
     # mlflow execs `uvicorn` from PATH: the one beside this Python
     env["PATH"] = os.pathsep.join([str(Path(python()).parent), env.get("PATH", "")])
@@ -225,6 +227,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seconds", type=int, default=5, help="per measurement")
     ap.add_argument("--quick", action="store_true", help="one short round, no result file")
+    ap.add_argument("--baseline-src", help="also serve with the package in this src/ "
+                    "folder (e.g. another checkout's), as reprise_baseline: before/after "
+                    "in one run")
     args = ap.parse_args(argv)
     if args.quick:
         args.repeats, args.seconds = 1, 2
@@ -236,6 +241,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     work = WORK / "serve"
     shutil.rmtree(work, ignore_errors=True)
     servers, _, expected = prepare(work)
+    if args.baseline_src:
+        first = servers[0]
+        servers.insert(1, Server("reprise_baseline", first.argv, first.url, first.body,
+                                 first.ready_path, first.cwd,
+                                 src=str(Path(args.baseline_src).resolve())))
     try:
         for s in servers:
             start(s)

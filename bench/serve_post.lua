@@ -5,6 +5,8 @@ wrk.method = "POST"
 wrk.body = f:read("*a")
 f:close()
 wrk.headers["Content-Type"] = "application/json"
+local auth = os.getenv("WRK_AUTH")  -- bench_hostile.py: the bearer token
+if auth then wrk.headers["Authorization"] = auth end
 
 function done(summary, latency, requests)
   local e = summary.errors

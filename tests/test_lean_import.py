@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 HEAVY = ["torch", "sklearn", "fastapi", "uvicorn", "starlette", "sqlalchemy", "alembic",
          "pandas", "pyarrow", "fsspec", "mlflow", "psutil", "pandera", "pydantic"]
@@ -64,3 +65,28 @@ def test_public_api_is_pinned() -> None:
         "BestParams"])
     for name in reprise.__all__:
         assert getattr(reprise, name) is not None
+
+
+def test_read_only_commands_load_neither_typer_nor_sqlalchemy(tmp_path: Path) -> None:
+    """`runs list`, `runs show`, `data list`, `models list` on the embedded SQLite
+    database: argparse and sqlite3, no Typer/click/pydantic, no SQLAlchemy/Alembic."""
+    import reprise
+
+    ws = reprise.init(tmp_path)
+    with reprise.start_run("lean", workspace=ws) as run:
+        run.log_metric("loss", 0.25)
+    ws.close()
+    heavy = set(HEAVY) | {"typer", "click", "numpy"}
+    for argv in (["runs", "list"], ["runs", "show", run.id, "--json"], ["data", "list"],
+                 ["models", "list", "--json"]):
+        probe = ("import atexit, json, sys\n"
+                 "atexit.register(lambda: print(json.dumps(sorted(sys.modules)), "
+                 "file=sys.stderr))\n"
+                 f"from reprise.cli import main\nmain({argv!r})")
+        res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                             timeout=60, cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        loaded = {m.split(".")[0] for m in json.loads(res.stderr.strip().splitlines()[-1])}
+        assert not loaded & heavy, argv
+        if argv[:2] == ["runs", "show"]:
+            assert json.loads(res.stdout)["metrics"] == {"loss": 0.25}

@@ -89,3 +89,17 @@ def test_is_hash() -> None:
     assert is_hash("a" * 64)
     assert not is_hash("A" * 64)
     assert not is_hash("../" + "a" * 61)
+
+
+def test_large_files_are_hashed_window_by_window(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mapped pages count as the process's memory: a file is mapped one window at a
+    time, and the windows' hash is the whole file's (sizes around window edges)."""
+    from reprise.core import _hashing
+
+    monkeypatch.setattr(_hashing, "_MMAP_THRESHOLD", 1)
+    monkeypatch.setattr(_hashing, "_MMAP_WINDOW", 1 << 16)  # a multiple of the page size
+    for size in (1, (1 << 16) - 1, 1 << 16, (3 << 16) + 5):
+        data = (bytes(range(251)) * (size // 251 + 1))[:size]
+        (tmp_path / "f.bin").write_bytes(data)
+        assert hash_file(tmp_path / "f.bin") == hash_bytes(data)

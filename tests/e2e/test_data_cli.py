@@ -149,3 +149,22 @@ def test_na_values_on_the_fast_path_and_through_typer(project: Path,
     shown = js(project, "data", "show", "typed")
     assert shown["meta"]["na_values"] == ["", "-", "NA"]
     assert shown["profile"]["columns"]["city"]["nulls"] == 2  # "null" is a value here
+
+
+def test_folder_add_diff_and_checkout(project: Path) -> None:
+    pics = project / "pics"
+    (pics / "cats").mkdir(parents=True)
+    (pics / "cats" / "1.png").write_bytes(b"png1")
+    (pics / "2.jpg").write_bytes(b"jpg2")
+    first = js(project, "data", "add", "pics", "pics")
+    (pics / "cats" / "3.png").write_bytes(b"png3")
+    second = js(project, "data", "add", "pics", "pics", "--link")
+    assert first["format"] == "files" and second["dataset"] == "pics@2"
+    out = cli(project, "data", "diff", "pics@1", "pics@2").stdout
+    assert "+ cats/3.png" in out and "2.jpg" not in out
+    cli(project, "data", "checkout", "pics@1", "v1")
+    assert sorted(p.relative_to(project / "v1").as_posix()
+                  for p in (project / "v1").rglob("*") if p.is_file()) == ["2.jpg", "cats/1.png"]
+    assert (project / "v1" / "cats" / "1.png").read_bytes() == b"png1"
+    bad = cli(project, "data", "checkout", "pics@1", "v1", check=False)
+    assert bad.returncode == 2 and "not an empty folder" in bad.stderr

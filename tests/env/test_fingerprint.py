@@ -10,6 +10,7 @@ import subprocess
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -294,6 +295,39 @@ def test_distribution_for_module() -> None:
     assert distribution_for_module("reprise") == "reprise-ml"
     assert distribution_for_module("os") is None
     assert distribution_for_module("no_such_module_xyz") is None
+
+
+def test_submodules_of_regular_packages_skip_the_full_file_scan(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A model's classes are looked up at every package load (``torch.nn.modules...``):
+    reading every distribution's file list cost ~1 s of a server's cold start."""
+    from importlib import metadata
+
+    import reprise.env._fingerprint as fpm
+
+    real = metadata.packages_distributions
+    scans: list[int] = []
+
+    def counting() -> Any:
+        scans.append(1)
+        return real()
+
+    monkeypatch.setattr(metadata, "packages_distributions", counting)
+    monkeypatch.setattr(fpm, "_modules", None)
+    assert distribution_for_module("numpy.linalg") == "numpy"
+    assert distribution_for_module("sklearn.linear_model._logistic") == "scikit-learn"
+    assert scans == []
+    # a namespace package (no __init__.py) may span distributions: the full map. Made here
+    # (a package folder and its dist-info) so the test needs no particular installed set.
+    (tmp_path / "reprisetestns" / "part").mkdir(parents=True)
+    (tmp_path / "reprisetestns" / "part" / "mod.py").write_text("")
+    info = tmp_path / "reprise_test_ns-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: reprise-test-ns\nVersion: 1.0\n")
+    (info / "RECORD").write_text("reprisetestns/part/mod.py,,\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert distribution_for_module("reprisetestns.part.mod") == "reprise-test-ns"
+    assert scans == [1]
 
 
 def test_seed_everything_makes_random_repeatable() -> None:

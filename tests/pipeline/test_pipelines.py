@@ -282,7 +282,8 @@ def test_run_help_goes_through_typer(project: Path) -> None:
     assert "Run a pipeline" in res.stdout and "--no-cache" in res.stdout
 
 
-@pytest.mark.parametrize("words", [("run",), ("data", "add")])
+@pytest.mark.parametrize("words", [("run",), ("data", "add"), ("serve",), ("runs", "list"),
+                                   ("runs", "show"), ("data", "list"), ("models", "list")])
 def test_fast_parsers_accept_exactly_the_typer_options(words: tuple[str, ...]) -> None:
     """Hot commands are parsed by argparse for start-up time; they must not drift from
     the Typer commands that ``--help`` documents."""

@@ -129,6 +129,11 @@ def test_train_register_promote_trace_predict_rollback(project: Path) -> None:
     run2 = js(project, "run", "flow.py:flow", "-p", "C=0.01")["run_id"]
     assert js(project, "models", "register", "points", "--run", run2)["version"] == 2
     cli(project, "models", "promote", "points", "2", "--alias", "production")
+    again = cli(project, "models", "promote", "points", "2", "--alias", "production")
+    assert "points@production is already 2; nothing changed" in again.stdout
+    held = cli(project, "models", "delete", "points", "2", check=False)
+    assert held.returncode == 2 and "held by alias(es) ['production']" in held.stderr
+    assert "Move the alias first" in held.stderr
     assert js(project, "models", "show", "points@production")["version"] == 2
     rolled = cli(project, "models", "rollback", "points", "--alias", "production")
     assert "-> 1 (rolled back from 2)" in rolled.stdout

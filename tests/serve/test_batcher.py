@@ -153,6 +153,21 @@ def test_overload_is_refused_with_a_retry_time_instead_of_queueing() -> None:
     run(main())
 
 
+def test_a_request_larger_than_a_batch_is_estimated_by_its_own_call_time() -> None:
+    """It runs alone in one call, not in rows / max_batch_size calls (issue 20: valid
+    4 MB bodies were refused with estimates of minutes for calls of milliseconds)."""
+    async def main() -> None:
+        b = _batcher(Echo(0.05), size=4, budget=0.5)
+        await b.submit({"v": list(range(400))}, 400)  # learns the time of such a call
+        running = b.submit({"v": [0]}, 1)
+        big = b.submit({"v": list(range(400))}, 400)  # waits ~0.05 s, estimated so
+        assert b.estimate_wait(400) < 0.5
+        await asyncio.gather(running, big)
+        b.close()
+
+    run(main())
+
+
 def test_drain_waits_for_queued_work_and_close_fails_the_rest() -> None:
     async def main() -> None:
         b = _batcher(Echo(0.02), size=1)

@@ -41,6 +41,22 @@ def test_a_missing_serve_extra_names_the_install_command(
     assert "pip install 'reprise-ml[serve]'" in capsys.readouterr().err
 
 
+def test_serve_starts_without_typer(tmp_path: Path) -> None:
+    """``reprise serve`` is parsed on the fast path: Typer (with click and its adapters)
+    cost every new replica ~0.2 s of its cold start."""
+    import reprise
+
+    reprise.init(tmp_path).close()
+    code = ("import sys\nfrom reprise.cli import main\ntry:\n"
+            "    main(['serve', 'ghost@production', '--port', '0', '--max-wait-ms', '1'])\n"
+            "except SystemExit as exc:\n    print(exc.code, 'typer' in sys.modules)\n")
+    env = {k: v for k, v in os.environ.items() if k != "REPRISE_WORKSPACE"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, timeout=120,
+                         capture_output=True, text=True)
+    assert out.stdout.split() == ["2", "False"], out.stderr
+    assert "ghost" in out.stderr
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

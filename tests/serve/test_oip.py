@@ -80,12 +80,13 @@ def test_infer_on_a_version_with_requested_outputs_and_a_generated_id() -> None:
     ({"inputs": [{**X, "shape": [3]}, Y, PLAN]}, "needs 3 elements"),
     ({"inputs": [{**X, "shape": [1, 2]}, Y, PLAN]}, "expected [rows] or [rows, 1]"),
     ({"inputs": [{**X, "shape": [10**10] * 3000}, Y, PLAN]},
-     "needs more than 9223372036854775808 elements"),
+     "at most 32 non-negative integers"),
     ({"inputs": [X, {**Y, "shape": [1], "data": [3]}, PLAN]}, "disagree"),
     ({"inputs": [X, Y, PLAN], "outputs": [{"name": "nope"}]}, "does not exist"),
     ({"inputs": [X, Y, PLAN], "id": 5}, "id"),
     ({"inputs": [X, Y, PLAN, {**X, "name": "Secret-Col"}]}, "unexpected"),
-    ({"inputs": [{**X, "data": ["Alice-Private", 1.0]}, Y, PLAN]}, "x: type"),
+    ({"inputs": [{**X, "data": ["Alice-Private", 1.0]}, Y, PLAN]},
+     "FP32 elements must be numbers"),
 ])
 def test_bad_inference_requests_are_400_with_only_an_error_string(body: Any,
                                                                   words: str) -> None:

@@ -56,6 +56,23 @@ class TestArtifactStoreConformance:
         assert store.exists(h) and store.size(h) == 11
         assert store.verify(h)
 
+    def test_put_files_matches_put_file(self, store: BaseArtifactStore, tmp_path: Path
+                                        ) -> None:
+        sizes = [0, 5, 5, (1 << 20) + 3]  # empty, two equal small files, one past "small"
+        paths = []
+        for i, size in enumerate(sizes):
+            paths.append(tmp_path / f"f{i}")
+            paths[-1].write_bytes(b"%d" % (size % 7) * size)
+        got = store.put_files(paths, workers=4)
+        assert got == [(hash_bytes(p.read_bytes()), p.stat().st_size) for p in paths]
+        for p, (h, _) in zip(paths, got, strict=True):
+            assert store.get_bytes(h, verify=True) == p.read_bytes()
+        assert store.put_files(paths) == got  # present already: nothing rewritten
+        if isinstance(store, LocalArtifactStore):
+            assert not list((store.root / "tmp").iterdir())  # no temp file left behind
+            assert all(not os.access(store.local_path(h), os.W_OK) or os.geteuid() == 0
+                       for h, _ in got)
+
     def test_empty_blob(self, store: BaseArtifactStore) -> None:
         h, size = store.put_bytes(b"")
         assert size == 0 and store.get_bytes(h, verify=True) == b""

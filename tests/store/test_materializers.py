@@ -434,7 +434,7 @@ def test_builtin_names_are_stable() -> None:
     assert [(m.name, m.kind) for m in mat._BUILTINS] == [
         ("numpy", "array"), ("pandas", "dataframe"), ("arrow", "table"), ("bytes", "bytes"),
         ("dir", "dir"), ("file", "file"), ("sklearn", "model"), ("torch-module", "model"),
-        ("torch-tensor", "array"), ("json", "json")]
+        ("torch-tensor", "array"), ("json", "json"), ("tree", "dir")]
 
 
 @pytest.mark.parametrize(("tp", "name"), [

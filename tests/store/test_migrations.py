@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import sqlalchemy as sa
 
 from reprise.core import new_id
@@ -34,4 +35,53 @@ def test_first_schema_upgrades_to_head_keeping_data(store_url: str) -> None:
     rid2 = new_id()
     assert store.ingest(rid2, 0, JournalBatch(header={"id": rid2, "name": "n",
                                                       "started_at": 1.0}, end_offset=1))
+    store.close()
+
+
+def test_registry_integrity_revision_keeps_numbers_and_drops_dangling_aliases(
+        store_url: str) -> None:
+    """0005: the high-water mark counts versions deleted before it (from the audit log);
+    an alias left on a deleted version (the old promote/delete race) cannot stay under
+    the new foreign key."""
+    from reprise.core._types import ModelVersionRecord
+
+    engine = _make_engine(store_url)
+    upgrade_database(engine, "0004_registry")
+    h, now = "a" * 64, time.time()
+    with engine.begin() as conn:
+        run = conn.execute
+        for a in (h, "b" * 64):
+            run(sa.text("INSERT INTO artifacts (hash, size, kind, materializer, meta, "
+                        "created_at) VALUES (:h, 1, 'object', 'x', '{}', :t)"),
+                {"h": a, "t": now})
+        run(sa.text("INSERT INTO models (name, created_at) VALUES ('m', :t)"), {"t": now})
+        for v in (1, 2):
+            run(sa.text("INSERT INTO model_versions (name, version, package_hash, status, "
+                        "created_at, meta) VALUES ('m', :v, :h, 'ready', :t, '{}')"),
+                {"v": v, "h": h, "t": now})
+        for seq, v in ((1, 1), (2, 2), (3, 3)):  # version 3 was registered, then deleted
+            run(sa.text("INSERT INTO audit_events (seq, time, actor, action, subject, "
+                        "payload, prev_hash, hash) VALUES (:s, :t, 'a', 'register', 'm', "
+                        ":p, :ph, :hh)"),
+                {"s": seq, "t": now, "p": f'{{"version": {v}}}', "ph": str(seq) * 64,
+                 "hh": str(seq + 1) * 64})
+        for alias, v in (("production", 2), ("canary", 3)):
+            run(sa.text("INSERT INTO aliases (name, alias, version, updated_at) "
+                        "VALUES ('m', :a, :v, :t)"), {"a": alias, "v": v, "t": now})
+            run(sa.text("INSERT INTO alias_history (name, alias, version, time) "
+                        "VALUES ('m', :a, :v, :t)"), {"a": alias, "v": v, "t": now})
+    engine.dispose()
+
+    store = SqlMetadataStore(store_url)
+    assert store.get_aliases("m") == {"production": 2}
+    assert store.alias_history("m", "canary") == []
+    rec = ModelVersionRecord(name="m", version=0, package_hash="b" * 64, run_id=None,
+                             status="ready")
+    other = ModelVersionRecord(name="n", version=0, package_hash=h, run_id=None,
+                               status="ready")
+    assert store.add_model_version(other, ("a", "register", "n", {}))[0].version == 1
+    store.delete_model_version("m", 1, ("a", "delete", "m:1", {}))
+    assert store.add_model_version(rec, ("a", "register", "m", {}))[0].version == 4
+    with pytest.raises(sa.exc.IntegrityError), store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE aliases SET version = 9 WHERE alias = 'production'"))
     store.close()

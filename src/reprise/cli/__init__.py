@@ -17,6 +17,11 @@ def main(argv: list[str] | None = None) -> None:
 
     args = sys.argv[1:] if argv is None else argv
     try:
+        from reprise.cli import _help
+
+        if _help.wants_top_help(args):  # pre-rendered: Typer's import costs more
+            sys.stdout.write(_help.render(_help.program_name()))
+            sys.exit(0)
         from reprise.cli._fast import dispatch
 
         code: Any = dispatch(args)
@@ -32,6 +37,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except SystemExit:
         raise
+    except OSError as exc:
+        message = _unwritable(exc)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
     except Exception as exc:  # click's own usage errors (typer vendors click)
         click: Any
         try:
@@ -48,3 +59,22 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(1)
         raise
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _unwritable(exc: OSError) -> str | None:
+    """One line for a folder that cannot be written (read-only, full, forbidden), else None.
+
+    The artifact store raises ``WorkspaceWriteError`` itself; this catches the same
+    conditions anywhere else in a workspace (journals, cache, exports)."""
+    import errno
+    import os
+
+    if exc.errno not in (errno.EROFS, errno.ENOSPC, errno.EACCES, errno.EDQUOT):
+        return None
+    where = exc.filename if exc.filename is not None else exc.filename2
+    reason = exc.strerror or os.strerror(exc.errno)
+    if where is None:
+        return f"{reason} in a workspace folder. Free space or fix its permissions, then retry."
+    path = os.path.abspath(os.fsdecode(where))
+    return (f"{reason}: {path} (folder {os.path.dirname(path)}). Make the folder writable "
+            "(or the file readable) and free space on its disk, then run the command again.")

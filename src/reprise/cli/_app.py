@@ -86,31 +86,19 @@ def runs_list(
 ) -> None:
     """List runs, newest first. The id shown is the shortest prefix that names the run
     alone (8 characters or more): every command taking a RUN accepts it."""
-    from reprise.tracking import list_runs
-    from reprise.tracking._query import short_run_ids
+    from reprise.cli._listing import runs_list_command
 
-    if columns is not None:
-        from reprise.cli._runs_table import parse_columns
-
-        parse_columns(columns)  # a typo fails before the query
-    ws = _ws()
-    rows = list_runs(ws, name=name, status=status, tags=render.parse_pairs(tag or [], "--tag"),
-                     sort_metric=sort, ascending=asc, limit=limit or None,
-                     include_children=all_runs)
-    if as_json:
-        render.print_json(rows)
-    else:
-        render.runs_table(rows, short_run_ids(ws, [r["id"] for r in rows]), sort, columns)
+    runs_list_command(name=name, status=status, tag=tag or [], sort=sort, asc=asc, limit=limit,
+                      all_runs=all_runs, columns=columns, as_json=as_json)
 
 
 @runs_app.command("show")
 def runs_show(run: Annotated[str, typer.Argument(help="Run id (unique prefix is enough).")],
               as_json: JsonOpt = False) -> None:
     """Show one run: status, params, final metrics, artifacts."""
-    from reprise.tracking import describe_run
+    from reprise.cli._listing import runs_show_command
 
-    info = describe_run(_ws(), run)
-    render.print_json(info) if as_json else render.run_detail(info)
+    runs_show_command(run, as_json=as_json)
 
 
 @runs_app.command("compare")

@@ -31,8 +31,8 @@ def add(
         "--allow-type-change", help="Accept column types that differ from the last version.")
     ] = False,
     link: Annotated[bool, typer.Option(
-        "--link", help="Hard-link the file into the store instead of copying it (the file "
-        "becomes read-only).")] = False,
+        "--link", help="Hard-link the file (or the folder's files) into the store instead of "
+        "copying (the files become read-only).")] = False,
     na_values: Annotated[str | None, typer.Option(
         "--na-values", help=NA_HELP)] = None,
     as_json: JsonOpt = False,
@@ -50,20 +50,9 @@ def add(
 @data_app.command("list")
 def list_(as_json: JsonOpt = False) -> None:
     """Datasets with their newest version."""
-    from reprise.data._dataset import summarise_datasets
+    from reprise.cli._listing import data_list_command
 
-    rows = summarise_datasets(workspace=_ws())
-    if as_json:
-        render.print_json(rows)
-        return
-    if not rows:
-        typer.echo("No datasets yet. Add one with `reprise data add NAME PATH`.")
-        return
-    render.table(["name", "latest", "versions", "format", "rows", "size", "added"],
-                 [[r["name"], f"@{r['latest']}", r["versions"], r["format"],
-                   "-" if r["rows"] is None else r["rows"],
-                   "-" if r["size"] is None else render.human_bytes(r["size"]),
-                   render.ago(r["created_at"])] for r in rows], keep=("name", "latest"))
+    data_list_command(as_json=as_json)
 
 
 @data_app.command("show")
@@ -101,6 +90,19 @@ def diff(
         render.print_json(out)
         return
     render.dataset_diff(out)
+
+
+@data_app.command("checkout")
+def checkout(
+    ref: Annotated[str, typer.Argument(metavar="NAME[@N]", help="Dataset version (default: newest).")],
+    dest: Annotated[Path, typer.Argument(help="Where to write it: a new or empty folder for "
+                                               "folder datasets, else a file or folder.")],
+) -> None:
+    """Write a version back out: a folder dataset as its folder, any other as its file."""
+    from reprise.data._dataset import checkout_dataset
+
+    out = checkout_dataset(ref, dest, workspace=_ws())
+    typer.echo(f"wrote {ref} to {out}")
 
 
 @data_app.command("schema")

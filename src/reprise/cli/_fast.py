@@ -1,13 +1,15 @@
-"""Hot commands (``reprise run``, ``reprise data add``), shared by the Typer commands and
-the fast path in ``reprise.cli.main``.
+"""Hot commands (``reprise run``, ``reprise data add``, ``reprise serve``, and the read-only
+listings of ``_listing``), shared by the Typer commands and the fast path in ``reprise.cli.main``.
 
 The fast path exists because ``reprise run`` on an unchanged pipeline is the
 command users repeat most, and Typer (with click and pydantic behind it) costs
 more start-up time than the whole cached run; ``data add`` is compared with
-``dvc add`` on start-up-bound sizes too. ``main`` parses these with argparse
+``dvc add`` on start-up-bound sizes too; ``serve`` starts every new replica of a
+model server (its cold start is benchmarked). ``main`` parses these with argparse
 (standard library) and calls the same functions the Typer commands call;
-``--help`` still goes through Typer so there is one help text. A test checks
-that both parsers accept the same options with the same defaults.
+a command's ``--help`` still goes through Typer so there is one help text (the
+top-level ``reprise --help`` is a copy of Typer's, checked by a test: ``_help``).
+A test checks that both parsers accept the same options with the same defaults.
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-__all__ = ["NA_HELP", "PROGRESS_MODES", "data_add_command", "dispatch", "parsers", "run_command",
-           "workspace"]
+from reprise.cli import _listing
+
+__all__ = ["NA_HELP", "PROGRESS_MODES", "Parser", "data_add_command", "dispatch", "parsers",
+           "run_command", "serve_command", "workspace"]
 
 PROGRESS_MODES = ("auto", "live", "lines", "none")
 NA_HELP = ("Text meaning a missing value in CSV/TSV/JSON Lines, in every column, separated by "
@@ -96,7 +101,37 @@ def data_add_command(name: str, path: str, *, schema: str | None, quarantine: bo
     return 0
 
 
-class _Parser(argparse.ArgumentParser):
+def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
+                  max_wait_ms: float, latency_budget_ms: float, poll_interval: float,
+                  max_body_bytes: int, extra_columns: str | None, out_of_range: str | None,
+                  max_header_bytes: int, header_timeout: float, body_timeout: float,
+                  max_connections: int, allowed_host: list[str], allowed_origin: list[str],
+                  access_log: bool, log_level: str) -> int:
+    """Serve registered models until stopped; return the exit code."""
+    from reprise.core import require
+    from reprise.core.errors import UserError
+
+    require("uvicorn", "serve", "reprise serve")
+    from reprise.registry import RegistrySource
+    from reprise.serve import Settings, run_server
+
+    if port < 0 or port > 65535:
+        raise UserError(f"--port must be between 0 and 65535, not {port}.")
+    settings = Settings(max_batch_size=max_batch_size, max_wait_ms=max_wait_ms,
+                        latency_budget_ms=latency_budget_ms, poll_interval=poll_interval,
+                        max_body_bytes=max_body_bytes, extra_columns=extra_columns,
+                        out_of_range=out_of_range, max_header_bytes=max_header_bytes,
+                        header_timeout=header_timeout, body_timeout=body_timeout,
+                        max_connections=max_connections, allowed_hosts=tuple(allowed_host),
+                        allowed_origins=tuple(allowed_origin))
+    run_server(RegistrySource(workspace()), refs, settings=settings, host=host, port=port,
+               log_level=log_level, access_log=access_log)
+    return 0
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with click's usage-error shape and exit code."""
+
     def error(self, message: str) -> Any:  # same shape as click's usage errors, exit 2
         sys.stderr.write(f"Usage: {self.prog} [OPTIONS] {self.usage}\n"
                          f"Try '{self.prog} --help' for help.\n\nError: {message}\n")
@@ -104,7 +139,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _run_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="reprise run", usage="TARGET", add_help=False, allow_abbrev=False)
+    ap = Parser(prog="reprise run", usage="TARGET", add_help=False, allow_abbrev=False)
     ap.add_argument("target")
     ap.add_argument("-p", "--param", action="append", default=[])
     ap.add_argument("--seed", type=int, default=0)
@@ -118,7 +153,7 @@ def _run_parser() -> argparse.ArgumentParser:
 
 
 def _data_add_parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="reprise data add", usage="NAME PATH", add_help=False, allow_abbrev=False)
+    ap = Parser(prog="reprise data add", usage="NAME PATH", add_help=False, allow_abbrev=False)
     ap.add_argument("name")
     ap.add_argument("path")
     ap.add_argument("--schema", default=None)
@@ -130,6 +165,35 @@ def _data_add_parser() -> argparse.ArgumentParser:
     ap.add_argument("--na-values", default=None)
     ap.add_argument("--json", action="store_true", dest="as_json")
     return ap
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    ap = Parser(prog="reprise serve", usage="NAME[@ALIAS|:VERSION]...", add_help=False,
+                 allow_abbrev=False)
+    ap.add_argument("refs", nargs="+")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--max-batch-size", type=int, default=64)
+    ap.add_argument("--max-wait-ms", type=float, default=2.0)
+    ap.add_argument("--latency-budget-ms", type=float, default=1000.0)
+    ap.add_argument("--poll-interval", type=float, default=5.0)
+    ap.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024)
+    ap.add_argument("--extra-columns", default=None)
+    ap.add_argument("--out-of-range", default=None)
+    ap.add_argument("--max-header-bytes", type=int, default=64 * 1024)
+    ap.add_argument("--header-timeout", type=float, default=10.0)
+    ap.add_argument("--body-timeout", type=float, default=60.0)
+    ap.add_argument("--max-connections", type=int, default=1000)
+    ap.add_argument("--allowed-host", action="append", default=[])
+    ap.add_argument("--allowed-origin", action="append", default=[])
+    ap.add_argument("--access-log", action="store_true")
+    ap.add_argument("--log-level", default="info")
+    return ap
+
+
+def _fast_serve(argv: list[str]) -> int:
+    ns = vars(_serve_parser().parse_args(argv))
+    return serve_command(ns.pop("refs"), **ns)
 
 
 def _fast_run(argv: list[str]) -> int:
@@ -159,6 +223,19 @@ parsers: dict[tuple[str, ...], tuple[Callable[[], argparse.ArgumentParser],
                                      Callable[[list[str]], int]]] = {
     ("run",): (_run_parser, _fast_run),
     ("data", "add"): (_data_add_parser, _fast_data_add),
+    ("serve",): (_serve_parser, _fast_serve),
+    ("runs", "list"): (_listing.runs_list_parser,
+                       partial(_listing.run_parsed, _listing.runs_list_parser,
+                               _listing.runs_list_command)),
+    ("runs", "show"): (_listing.runs_show_parser,
+                       partial(_listing.run_parsed, _listing.runs_show_parser,
+                               _listing.runs_show_command)),
+    ("data", "list"): (_listing.data_list_parser,
+                       partial(_listing.run_parsed, _listing.data_list_parser,
+                               _listing.data_list_command)),
+    ("models", "list"): (_listing.models_list_parser,
+                         partial(_listing.run_parsed, _listing.models_list_parser,
+                                 _listing.models_list_command)),
 }
 
 

@@ -52,19 +52,9 @@ def register(
 @models_app.command("list")
 def list_(as_json: JsonOpt = False) -> None:
     """Models with their versions and aliases."""
-    from reprise.registry import list_models
+    from reprise.cli._listing import models_list_command
 
-    rows = list_models(workspace=_ws())
-    if as_json:
-        render.print_json(rows)
-        return
-    if not rows:
-        typer.echo("No models yet. Register one with `reprise models register NAME --run RUN`.")
-        return
-    render.table(["model", "versions", "latest", "aliases", "updated"],
-                 [[r["name"], r["versions"], r["latest"],
-                   ", ".join(f"{a}→{v}" for a, v in r["aliases"].items()) or "-",
-                   render.ago(r["updated"])] for r in rows], keep=("model",))
+    models_list_command(as_json=as_json)
 
 
 @models_app.command("show")
@@ -147,6 +137,9 @@ def promote(
 
     v = _version(version)
     before = do(name, v, alias, force=force, reason=reason, workspace=_ws())
+    if before == v:
+        typer.echo(f"{name}@{alias} is already {v}; nothing changed")
+        return
     was = f" (was {before})" if before is not None else ""
     typer.echo(f"{name}@{alias} -> {v}{was}")
 

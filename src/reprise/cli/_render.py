@@ -369,6 +369,9 @@ def dataset_diff(d: dict[str, Any]) -> None:
             con.print(f"{key}  {change.get('old')} -> {change.get('new')}")
     if isinstance(d.get("extensions"), dict):
         con.print("extensions  " + json.dumps(d["extensions"], default=str))
+    for key, mark in (("files_added", "+"), ("files_removed", "-"), ("files_changed", "~")):
+        for path in d.get(key) or []:
+            con.print(f"{mark} {path}", markup=False, highlight=False)
     for key, label in (("columns_added", "added"), ("columns_removed", "removed")):
         if d.get(key):
             con.print(f"columns {label}: {', '.join(map(str, d[key]))}")

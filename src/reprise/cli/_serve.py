@@ -32,6 +32,20 @@ def serve(
     out_of_range: Annotated[str | None, typer.Option(
         help="flag or reject values outside the training range (default: the model's).")
     ] = None,
+    max_header_bytes: Annotated[int, typer.Option(
+        help="Larger request lines + headers get 431.")] = 64 * 1024,
+    header_timeout: Annotated[float, typer.Option(
+        help="Seconds to send the request line and headers (then 408).")] = 10.0,
+    body_timeout: Annotated[float, typer.Option(
+        help="Seconds to send a request body (then 408).")] = 60.0,
+    max_connections: Annotated[int, typer.Option(
+        help="Open connections beyond this are refused at once (503).")] = 1000,
+    allowed_host: Annotated[list[str] | None, typer.Option(
+        metavar="HOST", help="A host name the Host header may carry (repeat; default: any, or only "
+             "the loopback names when bound to loopback).")] = None,
+    allowed_origin: Annotated[list[str] | None, typer.Option(
+        metavar="ORIGIN", help="A browser origin (https://app.example) allowed to call "
+                                "from another site (repeat; default: none).")] = None,
     access_log: Annotated[bool, typer.Option("--access-log", help="Log every request.")
                           ] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
@@ -39,19 +53,13 @@ def serve(
     """Serve registered models: Reprise's JSON API, the Open Inference Protocol (KServe V2),
     health probes and Prometheus metrics. A bearer token is required when
     REPRISE_SERVE_TOKEN is set. Ctrl-C drains in-flight requests, then stops."""
-    from reprise.cli._fast import workspace
-    from reprise.core import require
-    from reprise.core.errors import UserError
+    from reprise.cli._fast import serve_command
 
-    require("uvicorn", "serve", "reprise serve")
-    from reprise.registry import RegistrySource
-    from reprise.serve import Settings, run_server
-
-    if port < 0 or port > 65535:
-        raise UserError(f"--port must be between 0 and 65535, not {port}.")
-    settings = Settings(max_batch_size=max_batch_size, max_wait_ms=max_wait_ms,
-                        latency_budget_ms=latency_budget_ms, poll_interval=poll_interval,
-                        max_body_bytes=max_body_bytes, extra_columns=extra_columns,
-                        out_of_range=out_of_range)
-    run_server(RegistrySource(workspace()), refs, settings=settings, host=host, port=port,
-               log_level=log_level, access_log=access_log)
+    serve_command(refs, host=host, port=port, max_batch_size=max_batch_size,
+                  max_wait_ms=max_wait_ms, latency_budget_ms=latency_budget_ms,
+                  poll_interval=poll_interval, max_body_bytes=max_body_bytes,
+                  extra_columns=extra_columns, out_of_range=out_of_range,
+                  max_header_bytes=max_header_bytes, header_timeout=header_timeout,
+                  body_timeout=body_timeout, max_connections=max_connections,
+                  allowed_host=allowed_host or [], allowed_origin=allowed_origin or [],
+                  access_log=access_log, log_level=log_level)

@@ -42,6 +42,20 @@ def fsync_path(path: str | os.PathLike[str]) -> None:
 fsync_dir = fsync_path
 
 
+def sync_filesystem(path: str | os.PathLike[str]) -> None:
+    """Flush every written byte of the filesystem holding ``path`` to disk: one flush
+    for a batch of files instead of an fsync each (Linux ``syncfs``; ``sync`` elsewhere)."""
+    import ctypes
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+        if syncfs is None or syncfs(fd) != 0:
+            os.sync()
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike[str], *, mode: str = "wb") -> Iterator[IO[bytes]]:
     """Open a temp file beside ``path``; on clean exit fsync it and rename onto ``path``.

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import blake3
@@ -36,6 +36,9 @@ HASH_RE = re.compile(r"^[0-9a-f]{64}$")
 
 # Below this size a plain read beats setting up a memory map and threads.
 _MMAP_THRESHOLD = 8 * 1024 * 1024
+# Mapped pages count in the process's resident memory until unmapped, so a file is
+# mapped one window at a time: memory stays bounded whatever the file's size.
+_MMAP_WINDOW = 32 * 1024 * 1024
 
 
 def new_hasher() -> Any:
@@ -56,20 +59,23 @@ def hash_bytes(data: bytes | bytearray | memoryview) -> str:
 def hash_file(path: str | os.PathLike[str]) -> str:
     """Return the BLAKE3 hex digest of a file's bytes.
 
-    Large files are hashed through a memory map with all cores, in constant
-    memory (the pages are the page cache's, not ours).
+    Large files are hashed through a memory map with all cores, one 32 MiB window
+    at a time, so resident memory stays bounded whatever the file's size (the
+    pages are the page cache's, and each window is unmapped before the next).
     """
-    p = Path(path)
-    size = p.stat().st_size
-    if size >= _MMAP_THRESHOLD:
+    with open(path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < _MMAP_THRESHOLD:
+            hasher = blake3.blake3()
+            while chunk := f.read(1 << 20):
+                hasher.update(chunk)
+            return hasher.hexdigest()
         hasher = blake3.blake3(max_threads=blake3.blake3.AUTO)
-        hasher.update_mmap(p)
+        for offset in range(0, size, _MMAP_WINDOW):
+            length = min(_MMAP_WINDOW, size - offset)
+            with mmap.mmap(f.fileno(), length, offset=offset, access=mmap.ACCESS_READ) as m:
+                hasher.update(m)
         return hasher.hexdigest()
-    hasher = blake3.blake3()
-    with open(p, "rb") as f:
-        while chunk := f.read(1 << 20):
-            hasher.update(chunk)
-    return hasher.hexdigest()
 
 
 def is_hash(value: str) -> bool:

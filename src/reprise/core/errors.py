@@ -12,6 +12,7 @@ for lookups (the habit httpx follows in ``httpx/_exceptions.py``)::
     ├── UserError
     │   ├── WorkspaceNotFoundError          (FileNotFoundError)
     │   ├── WorkspaceExistsError            (FileExistsError)
+    │   ├── WorkspaceWriteError             (OSError)      read-only, full or forbidden folder
     │   ├── ConfigError                     (ValueError)
     │   ├── InvalidNameError                (ValueError)
     │   ├── NotFoundError                   (KeyError)
@@ -63,6 +64,7 @@ __all__ = [
     "UserError",
     "WorkspaceExistsError",
     "WorkspaceNotFoundError",
+    "WorkspaceWriteError",
 ]
 
 
@@ -83,6 +85,10 @@ class WorkspaceNotFoundError(UserError, FileNotFoundError):
 
 class WorkspaceExistsError(UserError, FileExistsError):
     """``reprise init`` where a workspace already exists."""
+
+
+class WorkspaceWriteError(UserError, OSError):
+    """A workspace folder cannot be written: read-only, full, or not ours to write."""
 
 
 class ConfigError(UserError, ValueError):

@@ -37,6 +37,7 @@ __all__ = [
     "DatasetNotFoundError",
     "add_dataset",
     "attach_schema",
+    "checkout_dataset",
     "diff_datasets",
     "get_dataset",
     "list_datasets",
@@ -160,19 +161,21 @@ def add_dataset(name: str, source: Any, *, workspace: Any = None, schema: Any = 
             stored_path, stored_fmt = (scan.clean_path, "parquet") if scan.clean_path else (path, fmt)
             rows, schema_map, profile = scan.clean_rows, scan.schema, scan.profile
         elif fmt == "files":
-            from reprise.data._profile import profile_files
+            if not path.is_dir():
+                raise UserError(f"{origin} is not a folder; --format files needs one.")
+            from reprise.data._folder import store_folder
 
             stored_path, stored_fmt, rows, schema_map = path, "files", None, None
-            profile = profile_files(path)
-            if profile.get("files", 0) == 0:
-                raise DataFormatError(f"{origin} holds no files; there is nothing to register.")
+            art, profile = store_folder(ws, path, origin, link=link)
         else:
             if path.stat().st_size == 0:
                 raise DataFormatError(f"{origin} is empty: there is nothing to register.")
             stored_path, stored_fmt, rows, schema_map = path, "file", None, None
             profile = {"format_version": 1, "bytes": path.stat().st_size}
-        art = _store(ws, stored_path, link=link and stored_path == path and fmt != "files")
-        record_meta: dict[str, Any] = {"source": origin, "size": art.size,
+        if stored_fmt != "files":
+            art = _store(ws, stored_path, link=link and stored_path == path)
+        record_meta: dict[str, Any] = {"source": origin,
+                                       "size": art.meta.get("bytes", art.size),
                                        "stored_name": art.meta.get("name")}
         if stored_fmt in ("csv", "jsonl") and compression_of(stored_path.name):
             record_meta["compression"] = compression_of(stored_path.name)
@@ -401,7 +404,7 @@ def summarise_datasets(*, workspace: Any = None) -> list[dict[str, Any]]:
     """One row per dataset: its newest version and how many versions it has."""
     newest: dict[str, DatasetRecord] = {}
     counts: dict[str, int] = {}
-    for r in list_datasets(workspace=workspace):
+    for r in _workspace(workspace).reader.list_dataset_versions():
         newest[r.name] = r
         counts[r.name] = counts.get(r.name, 0) + 1
     return [{"name": n, "latest": r.version, "versions": counts[n], "format": r.format,
@@ -423,7 +426,26 @@ def diff_datasets(old: str, new: str, *, workspace: Any = None) -> dict[str, Any
                   and (a.format == "files") == (b.format == "files"))
     if comparable:
         out.update(diff_profiles(a.profile or {}, b.profile or {}))
+    if a.format == b.format == "files" and not out["identical"]:
+        from reprise.data._folder import diff_folders
+
+        out.update(diff_folders(ws, a, b))
     return out
+
+
+def checkout_dataset(ref: str, dest: str | os.PathLike[str], *, workspace: Any = None) -> Path:
+    """Write a version's bytes to ``dest``: a folder dataset as the folder it was added
+    from (``dest`` must not exist or be empty), any other as one file in (or at)
+    ``dest``. Every file is checked against its hash; returns what was written.
+
+    Example:
+        >>> checkout_dataset("images@2", "images-v2")  # doctest: +SKIP
+        PosixPath('images-v2')
+    """
+    from reprise.data._folder import checkout_folder
+
+    ws = _workspace(workspace)
+    return checkout_folder(ws, get_dataset(ref, workspace=ws), Path(dest))
 
 
 class Dataset:
@@ -474,14 +496,9 @@ class Dataset:
         ws = _workspace(self._workspace)
         rec = self.record
         if rec.format == "files":
-            from reprise.store._materializers import load_object
+            from reprise.data._folder import folder_path
 
-            cache: Path = ws.config.workspace_dir / "cache" / "datasets" / rec.artifact_hash
-            if not cache.exists():
-                tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
-                load_object(ws.artifacts, rec.artifact_hash, "dir", {}, dest=tmp)
-                os.replace(tmp, cache)
-            return cache
+            return folder_path(ws, rec)
         local = ws.artifacts.local_path(rec.artifact_hash)
         if local is not None:
             return Path(local)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import logging
 import os
 import platform
@@ -242,6 +243,20 @@ def _guess_distribution(top: str) -> str | None:
     return None
 
 
+def _is_regular_package(top: str) -> bool:
+    """``top`` is a package with an ``__init__`` file: all its submodules come from its
+    one folder, so from its distribution. (Namespace packages such as ``google`` may be
+    split across distributions.)"""
+    module = sys.modules.get(top)
+    if module is not None:
+        return getattr(module, "__file__", None) is not None
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return False
+    return spec is not None and spec.origin is not None
+
+
 def distribution_for_module(module_name: str) -> str | None:
     """The normalised name of the distribution that provides ``module_name``.
 
@@ -258,7 +273,7 @@ def distribution_for_module(module_name: str) -> str | None:
     from importlib import metadata
 
     top = module_name.split(".", 1)[0]
-    if "." not in module_name:
+    if "." not in module_name or _is_regular_package(top):
         guessed = _guess_distribution(top)
         if guessed is not None:
             return guessed

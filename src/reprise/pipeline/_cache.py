@@ -43,7 +43,9 @@ class StepCache:
             return None
         if entry.get("key") != key or entry.get("version") != CACHE_FORMAT_VERSION:
             return None
-        if not all(store.exists(o["hash"]) for o in entry.get("outputs", ())):
+        hashes = [o["hash"] for o in entry.get("outputs", ())]
+        store.pin(hashes)  # before checking: a gc running now then spares them
+        if not all(store.exists(h) for h in hashes):
             return None
         if entry.get("requires") and changed_requirements(entry["requires"]):
             return None  # its outputs depend on a distribution that was since upgraded

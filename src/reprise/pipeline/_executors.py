@@ -19,6 +19,7 @@ import signal
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
+from reprise.core._orphan import exit_with_parent
 from reprise.pipeline._execute import Task, TaskResult, execute_task
 
 __all__ = ["Executor", "InProcessExecutor", "LocalExecutor"]
@@ -53,7 +54,10 @@ class InProcessExecutor(Executor):
         return None
 
 
-def _worker_init() -> None:
+def _worker_init(parent_pid: int) -> None:
+    # A killed parent must not leave workers blocked forever on the call queue (whose
+    # pipe they hold both ends of, so they never see end-of-file).
+    exit_with_parent(parent_pid)
     # Ctrl-C goes to the whole process group; the parent decides what happens to
     # workers (it terminates them), so workers ignore SIGINT themselves.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -75,7 +79,7 @@ class LocalExecutor(Executor):
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
                 max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_worker_init)
+                initializer=_worker_init, initargs=(os.getpid(),))
         return self._pool.submit(execute_task, task)
 
     def shutdown(self, *, cancel: bool = False) -> None:

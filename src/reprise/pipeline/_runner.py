@@ -381,6 +381,7 @@ def _finish(ctx: _RunContext, node: Node, key: str, task: Task, parts: dict[str,
     ok = res.error is None
     st.status = "done" if ok else "failed"
     st.outputs = [{**o, "created": time.time()} for o in res.outputs] if ok else []
+    ctx.store.pin(o["hash"] for o in st.outputs)  # a worker's pins end with the worker
     st.error = res.error
     record = {
         "id": st.step_run_id, "step_name": node.name, "cache_key": key,

@@ -29,6 +29,7 @@ _LAZY: dict[str, str] = {
     "read_package": "reprise.registry._package",
     "package_model": "reprise.registry._build",
     "AuditReport": "reprise.registry._audit",
+    "is_model_name": "reprise.registry._registry",
     **{name: "reprise.registry._api" for name in (
         "RegistrySource", "archive_model", "audit_log", "delete_model", "describe_model",
         "get_model", "list_models", "load_model", "model_lineage", "promote", "register",
@@ -53,6 +54,7 @@ __all__ = [
     "describe_model",
     "get_model",
     "infer_signature",
+    "is_model_name",
     "list_models",
     "load_model",
     "model_lineage",
@@ -86,6 +88,7 @@ if TYPE_CHECKING:
     from reprise.registry._audit import AuditReport
     from reprise.registry._build import package_model
     from reprise.registry._package import ModelPackage, PackageError, read_package
+    from reprise.registry._registry import is_model_name
 
 
 __getattr__ = lazy_attributes(__name__, _LAZY)

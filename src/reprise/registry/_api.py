@@ -163,6 +163,24 @@ def verify_audit(*, expect_head: str | None = None, workspace: Any = None) -> Au
     return verify_events(_ws(workspace).metadata.list_audit_events(), expect_head=expect_head)
 
 
+_FLOAT32_MODULES = ("sklearn.tree", "sklearn.ensemble._forest", "sklearn.ensemble._gb",
+                    "sklearn.ensemble._iforest")
+
+
+def float_dtype(package: Any) -> str:
+    """What float inputs become inside the model: float32 for torch and for
+    scikit-learn's trees and tree ensembles (which cast their input), else float64; a
+    server refuses inputs that would become infinite."""
+    if package.flavor == "torch":
+        return "float32"
+    model = package.model
+    steps = getattr(model, "steps", None)
+    if isinstance(steps, list) and steps:  # a Pipeline: its final estimator decides
+        model = steps[-1][1]
+    return ("float32" if type(model).__module__.startswith(_FLOAT32_MODULES)
+            else "float64")
+
+
 class _Loaded:
     """A :class:`~reprise.registry.Servable` over a verified package."""
 
@@ -170,6 +188,7 @@ class _Loaded:
         self.name, self.version, self.package = name, version, package
         self.signature = package.signature
         self.example = package.example
+        self.float_dtype = float_dtype(package)
 
     def predict(self, columns: dict[str, Any]) -> dict[str, Any]:
         return self.package.predict(columns)

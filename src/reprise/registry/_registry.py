@@ -8,9 +8,13 @@
 * ``rollback`` returns an alias to the version it held before its latest promotion
   (repeatable, back through its history).
 * Archived versions keep their record but cannot be promoted or resolved by name;
-  a version an alias holds cannot be archived or deleted.
+  a version an alias holds cannot be archived or deleted (move the alias first).
+* Version numbers are never reused: after deleting ``NAME:3`` the next registration
+  is ``NAME:4`` (or higher), so a pinned ``NAME:VERSION`` always means one package.
 
-Every change appends an audit event in the same transaction (see the store).
+Every change appends an audit event in the same transaction (see the store), and the
+rules that guard it are checked again inside that transaction: checks made here first
+only give the friendlier message, never the guarantee.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from reprise.core._types import ModelVersionRecord
 from reprise.core.errors import NotFoundError, UserError
 
 __all__ = ["actor", "archive", "delete_version", "describe_model", "get_version",
-           "list_models", "parse_ref", "promote", "register_package", "rollback",
+           "is_model_name", "list_models", "parse_ref", "promote", "register_package", "rollback",
            "split_ref"]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -43,8 +47,15 @@ def actor() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+def is_model_name(value: object) -> bool:
+    """Whether ``value`` follows the rule for model names (and aliases): letters, digits,
+    '.', '_' and '-', up to 100, starting with a letter or digit; nothing else (no path
+    separator, no trailing newline)."""
+    return isinstance(value, str) and _NAME.fullmatch(value) is not None
+
+
 def _check_name(kind: str, value: str) -> str:
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not is_model_name(value):
         raise UserError(f"{kind} {value!r} is not valid: use letters, digits, '.', '_' and "
                         "'-' (up to 100), starting with a letter or digit")
     return value
@@ -57,7 +68,7 @@ def split_ref(ref: str) -> tuple[str, str | None, int | None]:
         return _check_name("model name", name), _check_name("alias", alias), None
     if ":" in ref:
         name, _, version = ref.partition(":")
-        if not version.isdigit():
+        if not (version.isascii() and version.isdigit()):
             raise UserError(f"{ref!r}: after ':' comes a version number, e.g. {name}:3")
         return _check_name("model name", name), None, int(version)
     return _check_name("model name", ref), None, None
@@ -151,7 +162,8 @@ def promote(ws: Any, name: str, version: int, alias: str, *, force: bool = False
     if force:
         payload.update(force=True, reason=reason)
     return ws.metadata.set_alias(  # type: ignore[no-any-return]
-        name, alias, version, (actor(), "promote", f"{name}@{alias}", payload))
+        name, alias, version, (actor(), "promote", f"{name}@{alias}", payload),
+        package_hash=rec.package_hash)
 
 
 def rollback(ws: Any, name: str, alias: str) -> tuple[int, int]:
@@ -167,27 +179,16 @@ def rollback(ws: Any, name: str, alias: str) -> tuple[int, int]:
     return done  # type: ignore[no-any-return]
 
 
-def _holding(ws: Any, rec: ModelVersionRecord) -> list[str]:
-    return sorted(a for a, v in ws.metadata.get_aliases(rec.name).items() if v == rec.version)
-
-
 def archive(ws: Any, name: str, version: int) -> None:
+    """Archive ``name:version``; refused while an alias holds it (checked atomically)."""
     rec = get_version(ws, name, version)
-    held = _holding(ws, rec)
-    if held:
-        raise UserError(f"{rec.ref} is held by alias(es) {held}; promote another version or "
-                        "roll back first")
-    if rec.status == "archived":
-        return
     ws.metadata.set_model_version_status(name, version, "archived",
                                          (actor(), "archive", rec.ref, {}))
 
 
 def delete_version(ws: Any, name: str, version: int) -> None:
+    """Delete ``name:version``; refused while an alias holds it (checked atomically)."""
     rec = get_version(ws, name, version)
-    held = _holding(ws, rec)
-    if held:
-        raise UserError(f"{rec.ref} is held by alias(es) {held}; it cannot be deleted")
     ws.metadata.delete_model_version(name, version, (actor(), "delete", rec.ref,
                                                      {"package": rec.package_hash}))
 
@@ -195,10 +196,11 @@ def delete_version(ws: Any, name: str, version: int) -> None:
 def list_models(ws: Any) -> list[dict[str, Any]]:
     """One row per model: versions, newest, aliases."""
     by_name: dict[str, list[ModelVersionRecord]] = {}
-    for v in ws.metadata.list_model_versions():
+    reader = ws.reader
+    for v in reader.list_model_versions():
         by_name.setdefault(v.name, []).append(v)
     return [{"name": name, "versions": len(vs), "latest": vs[-1].version,
-             "aliases": ws.metadata.get_aliases(name), "updated": vs[-1].created_at}
+             "aliases": reader.get_aliases(name), "updated": vs[-1].created_at}
             for name, vs in sorted(by_name.items())]
 
 

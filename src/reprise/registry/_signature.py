@@ -44,6 +44,13 @@ from reprise.registry._fields import Field, FieldError, Validated
 
 __all__ = ["Field", "FieldError", "Signature", "Validated"]
 
+_LISTED = 10  # unknown columns (and inputs) named in an error; the rest are counted
+
+
+def _short(name: Any) -> str:
+    text = str(name)
+    return text if len(text) <= 64 else text[:61] + "..."
+
 
 @dataclass
 class Signature:
@@ -122,10 +129,16 @@ class Signature:
                                                 _kind(records))])
         if len(records) == 1:
             return self.check_columns({k: [v] for k, v in records[0].items()})
-        names: dict[str, None] = {}
+        # one column per *input*, never per key sent: distinct keys in many records must
+        # not make a column each as long as the record list (time and memory quadratic)
+        seen: dict[Any, None] = {}
         for r in records:
-            names.update(dict.fromkeys(r))
-        return self.check_columns({n: [r.get(n, _ABSENT) for r in records] for n in names})
+            seen.update(dict.fromkeys(r))
+        columns = {n: [r.get(n, _ABSENT) for r in records] for n in self._by_name
+                   if n in seen}
+        rows = len(records) if seen else 0  # records without a key: no columns, no rows
+        errors = [] if rows else [FieldError("$", "length", "at least one row", "no rows")]
+        return self._check(columns, rows, errors, [n for n in seen if n not in self._by_name])
 
     def check_columns(self, columns: Any) -> Validated:
         """Like :meth:`validate_columns`, but without the conversion (see ``check_records``)."""
@@ -134,10 +147,13 @@ class Signature:
                                                 _kind(columns))])
         errors: list[FieldError] = []
         rows = _check_lengths(columns, errors)
-        if self.extra_columns == "reject" and not columns.keys() <= self._by_name.keys():
-            errors.extend(FieldError(name, "unexpected", "no such input (inputs: "
-                                     + ", ".join(self.names) + ")", "a column")
-                          for name in columns if name not in self._by_name)
+        return self._check(columns, rows, errors,
+                           [n for n in columns if n not in self._by_name])
+
+    def _check(self, columns: Mapping[str, Any], rows: int, errors: list[FieldError],
+               unknown: list[Any]) -> Validated:
+        if self.extra_columns == "reject" and unknown:
+            errors.extend(self._unexpected(unknown))
         clean: dict[str, Any] = {}
         flagged: dict[str, int] = {}
         for plan in self._plans:
@@ -167,6 +183,18 @@ class Signature:
                                              f"{outside} value(s) outside it"))
             clean[f.name] = values
         return Validated(clean, rows, errors, flagged)
+
+    def _unexpected(self, unknown: list[Any]) -> list[FieldError]:
+        """Errors for the first few unknown columns (names cut short), and a count of the
+        rest: an error body stays small whatever the request sent."""
+        inputs = ", ".join(self.names[:_LISTED]) + (", ..." if len(self.names) > _LISTED
+                                                      else "")
+        out = [FieldError(_short(n), "unexpected", f"no such input (inputs: {inputs})",
+                          "a column") for n in unknown[:_LISTED]]
+        if len(unknown) > _LISTED:
+            out.append(FieldError("$", "unexpected", "only the model's inputs",
+                                  f"{len(unknown) - _LISTED} more unknown columns"))
+        return out
 
     def to_arrays(self, columns: Mapping[str, Any]) -> dict[str, Any]:
         """Convert checked columns (lists from :meth:`check_columns`) to numpy arrays of the

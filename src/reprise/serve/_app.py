@@ -47,6 +47,13 @@ def create_app(source: ModelSource, refs: list[str], *, settings: Settings | Non
     _health_routes(app, state)
     _oip_routes(app, state)
     app.add_middleware(HotPath, state=state)
+    if state.settings.allowed_origins:  # outermost: answers CORS preflights itself
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=list(state.settings.allowed_origins),
+                           allow_methods=["GET", "POST"], max_age=600,
+                           allow_headers=["authorization", "content-type",
+                                          "inference-header-content-length"])
     default_openapi = app.openapi
 
     def openapi() -> dict[str, Any]:
@@ -162,11 +169,11 @@ def _metadata(state: ServerState, name: str, version: str | None) -> Any:
 
 def _model_ready(state: ServerState, name: str, version: str | None) -> Any:
     """200 when ready, 400 while loading (the protocol: 4xx means not ready), 404 when the
-    model or version is not served."""
+    model or version is not served, 400 with an error for a name against the rule."""
     try:
         state.table.lookup(name, version)
     except HTTPError as exc:
-        if exc.status == 404:
-            return _json(exc.body(oip=True), 404)
+        if exc.kind != "loading":  # not served (404), or a name against the rule (400)
+            return _json(exc.body(oip=True), exc.status)
         return _json({"name": name, "ready": False}, 400)
     return _json({"name": name, "ready": not state.stopping}, 200)

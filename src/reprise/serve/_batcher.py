@@ -16,7 +16,8 @@ Policy:
   queue is dispatched the same way. Under load batches grow by themselves.
 * A batch holds whole requests (a request larger than ``max_batch_size`` runs alone).
 * ``submit`` refuses (:class:`Overloaded`) a request whose estimated wait, from the queue
-  ahead of it and a moving average of the model's call time, exceeds the latency budget.
+  ahead of it and a moving average of the model's call time (per row for requests larger
+  than a batch, which run alone), exceeds the latency budget.
 * If a batch of several requests fails, each request is retried alone, so one bad
   request cannot fail the others; a failure is logged once with an error id.
 """
@@ -113,6 +114,12 @@ class Batcher:
         self._busy = self._gathering = self._closed = False
         self._seen, self._gather_start = 0, 0.0
         self.call_s: float | None = None  # moving average of one predict call
+        # a request larger than max_batch_size runs alone, in one call whose time grows
+        # with its rows: estimated per row, so that neither it nor the requests behind
+        # it are estimated as rows / max_batch_size ordinary calls
+        self.row_s: float | None = None  # moving average per row of such calls
+        self._queued_big_rows = 0
+        self._running_s = 0.0  # the estimated time of the call running now
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -125,8 +132,24 @@ class Batcher:
         """Seconds a request of ``rows`` rows would wait for its answer now (an estimate)."""
         if self.call_s is None:
             return 0.0
-        batches = math.ceil((self._queued_rows + rows) / self.max_batch_size)
-        return (batches + (1 if self._busy else 0)) * self.call_s
+        big = rows > self.max_batch_size
+        small_rows = self._queued_rows - self._queued_big_rows + (0 if big else rows)
+        batches = math.ceil(small_rows / self.max_batch_size)
+        running = self._running_s if self._busy else 0.0
+        return running + batches * self.call_s + self._big_s(
+            self._queued_big_rows + (rows if big else 0))
+
+    def _big_s(self, rows: int) -> float:
+        """Estimated seconds of calls for ``rows`` rows of oversized requests."""
+        assert self.call_s is not None
+        per_row = self.row_s if self.row_s is not None else self.call_s / self.max_batch_size
+        return rows * per_row
+
+    def _call_estimate(self, rows: int) -> float:
+        if self.call_s is None:
+            return 0.0
+        return self.call_s if rows <= self.max_batch_size else max(self.call_s,
+                                                                   self._big_s(rows))
 
     def submit(self, columns: dict[str, Any], rows: int) -> asyncio.Future[Result]:
         """Queue checked input columns; the future gets this caller's :class:`Result`.
@@ -144,6 +167,8 @@ class Batcher:
         future: asyncio.Future[Result] = self._loop.create_future()
         self._queue.append(_Item(columns, rows, future))
         self._queued_rows += rows
+        if rows > self.max_batch_size:
+            self._queued_big_rows += rows
         self._idle.clear()
         if not self._busy and not self._gathering:
             self._start_gathering()
@@ -164,7 +189,7 @@ class Batcher:
             item = self._queue.popleft()
             if not item.future.done():
                 item.future.set_exception(Closed(self.label))
-        self._queued_rows = 0
+        self._queued_rows = self._queued_big_rows = 0
         self._executor.shutdown(wait=False)
 
     # -- gathering and dispatch (event loop) ------------------------------------------
@@ -194,6 +219,8 @@ class Batcher:
                 break
             queue.popleft()
             self._queued_rows -= item.rows
+            if item.rows > self.max_batch_size:
+                self._queued_big_rows -= item.rows
             if not item.future.done():  # a caller that went away is not computed
                 batch.append(item)
                 rows += item.rows
@@ -202,14 +229,18 @@ class Batcher:
             self._idle.set()
             return
         self._busy = True
+        self._running_s = self._call_estimate(rows)
         self._executor.submit(self._run, batch)
 
     def _finish(self, batch: list[_Item], results: list[Result | PredictFailed],
                 seconds: float) -> None:
         self._busy = False
-        self.call_s = seconds if self.call_s is None else (
-            (1 - _EWMA) * self.call_s + _EWMA * seconds)
-        self._on_batch(sum(item.rows for item in batch), seconds)
+        rows = sum(item.rows for item in batch)
+        if rows > self.max_batch_size:
+            self.row_s = _average(self.row_s, seconds / rows)
+        else:
+            self.call_s = _average(self.call_s, seconds)
+        self._on_batch(rows, seconds)
         for item, result in zip(batch, results, strict=True):
             if item.future.done():
                 continue
@@ -273,6 +304,11 @@ class Batcher:
                 merged[name] = np.concatenate(
                     [self._convert({name: c})[name] for c in chunks])
         return self._convert(merged)
+
+
+def _average(average: float | None, sample: float) -> float:
+    """The moving average after ``sample`` (the sample itself when there is none yet)."""
+    return sample if average is None else (1 - _EWMA) * average + _EWMA * sample
 
 
 def _split(outputs: Mapping[str, Any], batch: list[_Item], rows: int) -> list[Result]:

@@ -1,5 +1,5 @@
-"""The hot path: an ASGI middleware in front of FastAPI that checks the bearer token on
-every request and answers the prediction endpoints itself.
+"""The hot path: an ASGI middleware in front of FastAPI that checks every request
+(``_gate.py``: host, site, bearer token) and answers the prediction endpoints itself.
 
 Why not FastAPI routes: FastAPI's per-request machinery (``Request``, dependency
 solving, response classes) costs ~100 µs, about a third of a whole single-row
@@ -10,14 +10,20 @@ to the OpenAPI document by hand (``_openapi.py``).
 
 from __future__ import annotations
 
-import hmac
+import asyncio
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import unquote
 
 from reprise.core import new_id
+from reprise.registry import Validated
 from reprise.serve._batcher import Closed, Overloaded, PredictFailed, Result
 from reprise.serve._binary import Wants, binary_outputs, encode_answer, read_infer
+from reprise.serve._finite import check_inputs, check_outputs
+from reprise.serve._gate import OPEN_PATHS, Gate, check_body_type
 from reprise.serve._http import (
     ClientGone,
     HTTPError,
@@ -25,7 +31,6 @@ from reprise.serve._http import (
     Scope,
     Send,
     dumps,
-    header,
     parse_json,
     read_body,
     send_bytes,
@@ -39,13 +44,23 @@ from reprise.serve._v1 import check_v1, v1_answer
 __all__ = ["OPEN_PATHS", "HotPath"]
 
 _logger = logging.getLogger(__name__)
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/v2/health/live", "/v2/health/ready"})
+_T = TypeVar("_T")
 _Route = tuple[bool, str, str | None]  # (Open Inference Protocol?, name, version)
+# Bodies up to this size are parsed, checked and answered on the event loop (well under
+# a millisecond each; a thread hand-off would cost a sizeable share of a single-row
+# request); larger ones in the server's request threads, so that the loop keeps
+# answering health probes and small requests meanwhile. Kept small: the loop runs its
+# ready work in turn, so a probe can wait behind every inline check of the moment.
+_INLINE_BYTES = 8 * 1024
 
 
-def match(path: str) -> _Route | None:
-    """``/v1/models/N[/versions/V]/predict`` or ``/v2/models/N[/versions/V]/infer``."""
-    parts = path.split("/")
+def match(path: str, raw_path: bytes | None = None) -> _Route | None:
+    """``/v1/models/N[/versions/V]/predict`` or ``/v2/models/N[/versions/V]/infer``.
+
+    Split on the path as sent (``raw_path``) and only then percent-decoded segment by
+    segment, so that ``%2F`` inside a name stays in the name (which the name rule then
+    refuses) instead of becoming a separator that moves the other segments."""
+    parts = path.split("/") if raw_path is None else _segments(raw_path)
     if len(parts) not in (5, 7) or parts[0] or parts[2] != "models" or not parts[3]:
         return None
     if len(parts) == 7 and (parts[4] != "versions" or not parts[5]):
@@ -58,40 +73,54 @@ def match(path: str) -> _Route | None:
     return None
 
 
+@dataclass(slots=True)
+class _Job:
+    """A checked request, between its check and its answer."""
+
+    model: ServedModel
+    checked: Validated
+    columnar: bool = False  # /v1: the body was {"columns": ...}
+    request_id: str = ""  # OIP: the request's id and requested outputs, binary wishes
+    requested: list[str] | None = None
+    wants: Wants | None = None
+
+
+def _segments(raw_path: bytes) -> list[str]:
+    raw = raw_path.partition(b"?")[0]  # some servers (and httpx's ASGI transport) keep it
+    try:
+        text = raw.decode("ascii")
+        if "%" not in text:  # the usual case: nothing to decode
+            return text.split("/")
+        return [unquote(p, errors="strict") for p in text.split("/")]
+    except UnicodeDecodeError:  # not percent-encoded UTF-8: left encoded, the rule refuses it
+        return [p if p.isascii() else "\ufffd" for p in raw.decode("latin-1").split("/")]
+
+
 class HotPath:
-    """ASGI middleware: token check for all, prediction endpoints answered here."""
+    """ASGI middleware: request checks for all, prediction endpoints answered here."""
 
     def __init__(self, app: Any, state: ServerState) -> None:
         self.app, self.state = app, state
-        token = state.token
-        self._expected = b"Bearer " + token.encode() if token else None
+        self._gate = Gate(state.settings, state.token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         path = scope["path"]
-        if self._expected is not None and path not in OPEN_PATHS and not self._authorized(
-                scope):
-            error = HTTPError(401, "missing or wrong bearer token; send the header "
-                              "'Authorization: Bearer <token>'", kind="unauthorized",
-                              headers=[(b"www-authenticate", b"Bearer")])
-            await send_bytes(send, 401, dumps(error.body(oip=path.startswith("/v2"))),
+        try:
+            self._gate.check(scope)
+        except HTTPError as error:
+            await send_bytes(send, error.status, dumps(error.body(oip=path.startswith("/v2"))),
                              error.headers)
             return
-        route = match(path)
+        route = match(path, scope.get("raw_path"))
         if route is None:
             await self.app(scope, receive, send)
         elif scope["method"] != "POST":
             await send_bytes(send, 405, dumps({"error": "use POST"}), [(b"allow", b"POST")])
         else:
             await self._serve(route, scope, receive, send)
-
-    def _authorized(self, scope: Scope) -> bool:
-        given = header(scope, b"authorization")
-        assert self._expected is not None
-        # compare_digest: the time taken does not tell how much of the token was right
-        return given is not None and hmac.compare_digest(given, self._expected)
 
     async def _serve(self, route: _Route, scope: Scope, receive: Receive, send: Send) -> None:
         oip, name, version = route
@@ -101,15 +130,14 @@ class HotPath:
         headers: list[tuple[bytes, bytes]] = []
         content_type = b"application/json"
         try:
-            limit = self.state.settings.max_body_bytes
-            body = await read_body(scope, receive, limit)
+            check_body_type(scope)
+            body = await self._read(scope, receive)
             model = self.state.table.lookup(name, version)
-            if oip:
-                status = 200
-                data, headers, content_type = await self._infer(
-                    model, read_infer(scope, body, limit))
-            else:
-                status, data = 200, dumps(await self._predict(model, parse_json(body)))
+            offload = len(body) > _INLINE_BYTES
+            job = await self._cpu(offload, self._check, oip, model, scope, body)
+            result = await _run(model, job.checked.columns, job.checked.rows)
+            data, headers, content_type = await self._cpu(offload, _answer, job, result)
+            status = 200
         except HTTPError as exc:
             status, data, headers, kind = exc.status, dumps(exc.body(oip=oip)), exc.headers, \
                 exc.kind
@@ -125,27 +153,51 @@ class HotPath:
             labels = (name if name in self.state.table.default_ref else UNKNOWN, "")
         self.state.metrics.request(*labels, status, time.perf_counter() - start, kind)
 
-    async def _predict(self, model: ServedModel, payload: Any) -> dict[str, Any]:
-        checked, columnar = check_v1(model, payload)
-        self._count_out_of_range(model, checked.out_of_range)
-        if not checked.ok:
+    async def _read(self, scope: Scope, receive: Receive) -> bytes:
+        settings = self.state.settings
+        try:
+            async with asyncio.timeout(settings.body_timeout):
+                return await read_body(scope, receive, settings.max_body_bytes)
+        except TimeoutError:
+            raise HTTPError(408, f"the request body did not arrive within "
+                            f"{settings.body_timeout:g} s", kind="timeout",
+                            headers=[(b"connection", b"close")]) from None
+
+    async def _cpu(self, offload: bool, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)``: in the server's request thread pool when ``offload``."""
+        if not offload:
+            return fn(*args)
+        return await asyncio.get_running_loop().run_in_executor(self.state.cpu, fn, *args)
+
+    def _check(self, oip: bool, model: ServedModel, scope: Scope, body: bytes) -> _Job:
+        """Parse the body and check it against the model's signature (no await: it may
+        run in a thread)."""
+        if oip:
+            payload = read_infer(scope, body, self.state.settings.max_body_bytes)
+            checked, request_id, requested = check_infer(model, payload)
+            job = _Job(model, checked, request_id=request_id, requested=requested,
+                       wants=binary_outputs(payload))
+        else:
+            checked, columnar = check_v1(model, parse_json(body))
+            job = _Job(model, checked, columnar=columnar)
+        if checked.out_of_range:
+            self.state.metrics.out_of_range(model.name, str(model.version),
+                                            checked.out_of_range)
+        if not oip and not checked.ok:
             raise HTTPError(422, "the request does not match the model's signature",
                             kind="invalid", fields=[e.to_dict() for e in checked.errors])
-        result = await _run(model, checked.columns, checked.rows)
-        return v1_answer(model, checked, result, columnar)
+        check_inputs(model, checked.columns)
+        return job
 
-    async def _infer(self, model: ServedModel, payload: Any,
-                     ) -> tuple[bytes, list[tuple[bytes, bytes]], bytes]:
-        checked, request_id, requested = check_infer(model, payload)
-        wants: Wants = binary_outputs(payload)
-        self._count_out_of_range(model, checked.out_of_range)
-        result = await _run(model, checked.columns, checked.rows)
-        answer = infer_answer(model, result, checked.rows, request_id, requested)
-        return encode_answer(answer, wants)
 
-    def _count_out_of_range(self, model: ServedModel, counts: dict[str, int]) -> None:
-        if counts:
-            self.state.metrics.out_of_range(model.name, str(model.version), counts)
+def _answer(job: _Job, result: Result) -> tuple[bytes, list[tuple[bytes, bytes]], bytes]:
+    """(body, extra headers, content type) of a prediction's answer."""
+    check_outputs(job.model, result)
+    if job.wants is None:
+        return dumps(v1_answer(job.model, job.checked, result, job.columnar)), [], \
+            b"application/json"
+    answer = infer_answer(job.model, result, job.checked.rows, job.request_id, job.requested)
+    return encode_answer(answer, job.wants)
 
 
 async def _run(model: ServedModel, columns: dict[str, Any], rows: int) -> Result:

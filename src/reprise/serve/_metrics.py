@@ -15,7 +15,8 @@ UNKNOWN = "_unknown"  # the model label of requests for names this server does n
 
 
 class Metrics:
-    """Requests, errors, latency, batch sizes, queue depth and out-of-range values."""
+    """Requests, errors, latency, batch sizes, queue depth, out-of-range and non-finite
+    values."""
 
     def __init__(self) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -40,6 +41,10 @@ class Metrics:
         self._out = Counter("reprise_out_of_range_values", "Values outside the training "
                             "range or categories, by input field.", [*mv, "field"],
                             registry=r)
+        self._non_finite = Counter("reprise_non_finite_values", "Requests refused (422) "
+                                   "for a NaN or infinite input (as the model converts "
+                                   "it) or output, by where and field.",
+                                   [*mv, "where", "field"], registry=r)
         self._served = Gauge("reprise_model_served", "1 for each model version this "
                              "server answers with.", mv, registry=r)
         self._children: dict[tuple[Any, ...], Any] = {}
@@ -69,6 +74,10 @@ class Metrics:
     def out_of_range(self, model: str, version: str, counts: dict[str, int]) -> None:
         for field, n in counts.items():
             self._child(self._out, model, version, field).inc(n)
+
+    def non_finite(self, model: str, version: str, where: str, field: str) -> None:
+        """Count a request refused for a non-finite ``where`` ("input" or "output")."""
+        self._child(self._non_finite, model, version, where, field).inc()
 
     def served(self, model: str, version: str, serving: bool) -> None:
         self._child(self._served, model, version).set(1 if serving else 0)

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from reprise.registry import Servable, Signature
+from reprise.registry import Servable, Signature, is_model_name
 from reprise.serve._batcher import Batcher
 from reprise.serve._http import HTTPError
 from reprise.serve._metrics import Metrics
@@ -129,7 +129,13 @@ class ModelTable:
 
     def lookup(self, name: str, version: str | None) -> ServedModel:
         """The model answering for ``name`` (and ``version``), or an :class:`HTTPError`:
-        404 for a name or version not served, 503 while it is still loading."""
+        400 for a name against the registry's rule (not echoed), 404 for a name or version
+        not served (a version is ASCII digits only: ``²`` or ``１`` is no version), 503
+        while it is still loading."""
+        if not is_model_name(name):
+            raise HTTPError(400, "the model name in the URL is not valid: use letters, "
+                            "digits, '.', '_' and '-' (up to 100), starting with a letter or "
+                            "digit", kind="bad_request")
         ref = self.default_ref.get(name)
         if ref is None:
             served = ", ".join(sorted(self.default_ref)) or "none"
@@ -145,12 +151,14 @@ class ModelTable:
             if not self.complete:
                 raise _loading(name)
             served = ", ".join(str(v) for v in sorted(self.versions[name])) or "none"
-            raise HTTPError(404, f"version {version!r} of model {name!r} is not served here "
-                            f"(served versions: {served})", kind="not_found")
+            what = f"version {version}" if _is_number(version) else "the version in the URL"
+            raise HTTPError(404, f"{what} of model {name!r} is not served here; versions are "
+                            f"whole numbers in ASCII digits (served versions: {served})",
+                            kind="not_found")
         return found
 
     def _version(self, name: str, version: str) -> ServedModel | None:
-        if not version.isdigit() or len(version) > 18:
+        if not _is_number(version):
             return None
         return self.versions[name].get(int(version))
 
@@ -163,6 +171,12 @@ class ModelTable:
                         "version": model.version if model else None,
                         "ready": model is not None})
         return out
+
+
+def _is_number(version: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also takes ``²`` (which ``int`` refuses) and
+    ``١`` or ``１`` (which ``int`` reads as 1)."""
+    return version.isascii() and version.isdigit() and len(version) <= 18
 
 
 def _loading(name: str) -> HTTPError:

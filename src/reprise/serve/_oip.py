@@ -14,6 +14,7 @@ from typing import Any
 
 from reprise.registry import Field, Validated
 from reprise.serve._batcher import Result
+from reprise.serve._datatypes import check_datatype
 from reprise.serve._http import HTTPError
 from reprise.serve._models import ServedModel
 
@@ -32,6 +33,7 @@ _FROM_NUMPY = {"f2": "FP16", "f4": "FP32", "f8": "FP64", "i1": "INT8", "i2": "IN
                "u8": "UINT64", "b1": "BOOL"}
 
 
+_MAX_DIMS = 32  # more dimensions than any signature's tensor has
 _MOST = 2**63  # more elements than any body holds: products stop growing past it
 
 
@@ -76,11 +78,15 @@ def check_infer(model: ServedModel, payload: Any) -> tuple[Validated, str, list[
     if not isinstance(inputs, list) or not inputs:
         raise _bad("\"inputs\" must be a non-empty list of tensors {name, shape, datatype, "
                    "data}")
-    fields = {f.name: f for f in model.signature.inputs}
+    sig = model.signature
+    fields = {f.name: f for f in sig.inputs}
     columns: dict[str, Any] = {}
     rows: set[int] = set()
     for tensor in inputs:
-        name, values, n = _column(tensor, fields)
+        column = _column(tensor, fields, sig.extra_columns)
+        if column is None:  # an extra input the server's policy ignores
+            continue
+        name, values, n = column
         if name in columns:
             raise _bad(f"input {name!r} is given twice")
         columns[name] = values
@@ -88,49 +94,67 @@ def check_infer(model: ServedModel, payload: Any) -> tuple[Validated, str, list[
     if len(rows) > 1:
         raise _bad(f"the inputs disagree on the number of rows (first dimensions "
                    f"{sorted(rows)})")
-    checked = model.signature.check_columns(columns)
+    checked = sig.check_columns(columns)
     if not checked.ok:
         raise HTTPError(400, "the inputs do not match the model's signature", kind="invalid",
                         fields=[e.to_dict() for e in checked.errors])
     return checked, request_id or str(uuid.uuid4()), _requested(payload.get("outputs"))
 
 
-def _column(tensor: Any, fields: dict[str, Field]) -> tuple[str, list[Any], int]:
-    """One input tensor as a column: a list of one value (or one nested list) per row."""
+def _column(tensor: Any, fields: dict[str, Field], extra: str,
+            ) -> tuple[str, list[Any], int] | None:
+    """One input tensor as a column: a list of one value (or one nested list) per row.
+
+    The name is checked against the signature and the shape against the data before
+    anything is built from the shape, a number the client declares."""
     if not isinstance(tensor, dict):
         raise _bad("each input must be an object {name, shape, datatype, data}")
     name, shape = tensor.get("name"), tensor.get("shape")
     datatype, data = tensor.get("datatype"), tensor.get("data")
     if not isinstance(name, str):
         raise _bad("each input needs a \"name\" string")
-    if (not isinstance(shape, list) or not shape
-            or not all(type(d) is int and d >= 0 for d in shape)):
-        raise _bad(f"input {name!r}: \"shape\" must be a list of non-negative integers, "
-                   "the first one the number of rows")
+    f = fields.get(name)
+    if f is None:
+        if extra == "ignore":
+            return None
+        raise _bad(f"unexpected input {_label(name)}: not an input of this model (inputs: "
+                   + ", ".join(list(fields)[:10]) + "); see GET /v2/models/NAME")
+    shape = _check_shape(name, shape, f)
     if datatype not in DATATYPES:
         raise _bad(f"input {name!r}: \"datatype\" must be one of {sorted(DATATYPES)}")
     if not isinstance(data, list):
         raise _bad(f"input {name!r}: \"data\" must be a list (flat row-major, or nested)")
-    flat = _flatten(data) if data and isinstance(data[0], list) else data
-    count = elements(shape)
-    if len(flat) != count:
-        raise _bad(f"input {name!r}: shape {shape} needs {_many(count)} elements; "
-                   f"\"data\" has {len(flat)}")
-    f = fields.get(name)
-    if f is None:  # an extra column: the signature's policy rejects or ignores it
-        return name, [None] * shape[0], shape[0]
     if datatype not in _ACCEPTS[f.dtype]:
         raise _bad(f"input {name!r}: datatype {datatype} does not fit {f.expected()}; send "
                    f"{_DATATYPE[f.dtype]}")
+    flat = _flatten(data) if data and isinstance(data[0], list) else data
+    count = elements(shape)
+    if len(flat) != count or (count == 0 and shape[0] != 0):
+        raise _bad(f"input {name!r}: shape {shape} needs {_many(count)} elements; "
+                   f"\"data\" has {len(flat)}")
+    params = tensor.get("parameters")
+    if not (isinstance(params, dict) and "binary_data_size" in params):
+        check_datatype(name, datatype, flat)  # binary data was decoded as its datatype
+    return name, (_nest(flat, shape) if f.shape else flat), shape[0]
+
+
+def _check_shape(name: str, shape: Any, f: Field) -> list[int]:
+    """A list of at most 32 non-negative integers: rows, then the field's own shape."""
+    if (not isinstance(shape, list) or not 0 < len(shape) <= _MAX_DIMS
+            or not all(type(d) is int and d >= 0 for d in shape)):
+        raise _bad(f"input {name!r}: \"shape\" must be a list of at most {_MAX_DIMS} "
+                   "non-negative integers, the first one the number of rows")
     row_shape = tuple(shape[1:])
-    if not f.shape:
-        if row_shape not in ((), (1,)):
-            raise _bad(f"input {name!r}: shape {shape}; expected [rows] or [rows, 1]")
-        return name, flat, shape[0]
-    if row_shape != f.shape:
+    if f.shape and row_shape != f.shape:
         raise _bad(f"input {name!r}: shape {shape}; expected [rows, "
                    + ", ".join(map(str, f.shape)) + "]")
-    return name, _nest(flat, shape), shape[0]
+    if not f.shape and row_shape not in ((), (1,)):
+        raise _bad(f"input {name!r}: shape {shape}; expected [rows] or [rows, 1]")
+    return shape
+
+
+def _label(name: str) -> str:
+    return repr(name if len(name) <= 64 else name[:61] + "...")
 
 
 def _many(count: int) -> str:
@@ -177,7 +201,8 @@ def infer_answer(model: ServedModel, result: Result, rows: int, request_id: str,
     for name in names:
         values = result.outputs.get(name)
         if values is None:
-            raise _bad(f"output {name!r} does not exist; outputs: {', '.join(result.outputs)}")
+            raise _bad(f"output {_label(name)} does not exist; outputs: "
+                       f"{', '.join(result.outputs)}")
         row_shape = result.row_shapes.get(name)
         if row_shape is None:
             row_shape = _shape_of(values[0]) if values else ()

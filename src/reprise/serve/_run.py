@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from dataclasses import replace
 from typing import Any
 
 from reprise.core import require
@@ -15,6 +16,7 @@ __all__ = ["run_server"]
 
 _logger = logging.getLogger(__name__)
 _LOOPBACK = ("127.", "localhost", "::1")
+_LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
 def run_server(source: ModelSource, refs: list[str], *, settings: Settings | None = None,
@@ -23,7 +25,10 @@ def run_server(source: ModelSource, refs: list[str], *, settings: Settings | Non
     """Resolve ``refs`` (unknown ones raise before anything binds), then serve them with
     uvicorn on ``host:port`` until SIGINT/SIGTERM, which drains in-flight requests.
 
-    uvicorn picks uvloop and httptools when installed (the ``serve`` extra has them).
+    uvicorn runs with uvloop when installed and httptools (both in the ``serve`` extra),
+    through a protocol that bounds request heads in size and time and the number of open
+    connections (``_guard.py``). Bound to a loopback address with no ``allowed_hosts``,
+    only the loopback names are accepted in ``Host`` (against DNS rebinding).
 
     Raises:
         NotFoundError: a ref names no model, alias or version.
@@ -36,8 +41,10 @@ def run_server(source: ModelSource, refs: list[str], *, settings: Settings | Non
     uvicorn = require("uvicorn", "serve", "serving models")
     require("fastapi", "serve", "serving models")
     require("prometheus_client", "serve", "serving models")
+    require("httptools", "serve", "serving models")
     from reprise.core.errors import RepriseError, ServingError
     from reprise.serve._app import create_app
+    from reprise.serve._guard import guarded_protocol
 
     settings = settings or Settings()
     for ref in refs:
@@ -45,9 +52,13 @@ def run_server(source: ModelSource, refs: list[str], *, settings: Settings | Non
     if not host.startswith(_LOOPBACK) and settings.resolved_token() is None:
         _logger.warning("serving on %s without a token: anyone who can reach this address "
                         "can use the models; set REPRISE_SERVE_TOKEN", host)
+    if host.startswith(_LOOPBACK) and not settings.allowed_hosts:
+        settings = replace(settings, allowed_hosts=_LOOPBACK_NAMES)
+    _raise_file_limit(settings.max_connections)
     app = create_app(source, refs, settings=settings)
     server = uvicorn.Server(uvicorn.Config(
         app, host=host, port=port, log_level=log_level, access_log=access_log,
+        http=guarded_protocol(settings),
         timeout_graceful_shutdown=max(1, int(settings.drain_timeout)), lifespan="on"))
     fatal: list[BaseException] = []
 
@@ -63,6 +74,24 @@ def run_server(source: ModelSource, refs: list[str], *, settings: Settings | Non
         if isinstance(exc, RepriseError):
             raise exc
         raise ServingError(f"the server could not start: {type(exc).__name__}: {exc}")
+
+
+def _raise_file_limit(connections: int) -> None:
+    """Let the process hold ``connections`` sockets plus its own files: raise the soft
+    limit on open files towards the hard one (without it, accepting fails with EMFILE
+    before the connection limit is reached); warn when even the hard one is too low."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = connections + 256
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        if new < wanted:
+            _logger.warning("the open-file limit (%d) is below max_connections + 256; "
+                            "raise it (ulimit -n) or lower max_connections", new)
 
 
 class _Stopped(Exception):

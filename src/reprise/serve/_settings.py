@@ -55,6 +55,14 @@ class Settings:
             outside the training range or categories; ``None``: the signature's policy.
         token: bearer token required on every endpoint but the health probes; ``None``
             reads ``REPRISE_SERVE_TOKEN`` (empty: no token). Never logged or shown.
+        max_header_bytes: a request line and headers larger than this get 431.
+        header_timeout: seconds a client has to send a request line and headers (408).
+        body_timeout: seconds a client has to send a prediction request's body (408).
+        max_connections: open connections beyond this are refused at once (503).
+        allowed_hosts: host names the ``Host`` header may carry (against DNS
+            rebinding); empty: any. The health probes are exempt.
+        allowed_origins: browser origins (``https://app.example``) allowed to call the
+            server from a page of another site; other cross-site requests get 403.
         poll_interval: seconds between checks of where each followed alias points.
         drain_timeout: seconds a shutdown or a retired version waits for queued work.
         models: per-model-name overrides.
@@ -72,6 +80,12 @@ class Settings:
     extra_columns: str | None = None
     out_of_range: str | None = None
     token: str | None = field(default=None, repr=False)
+    max_header_bytes: int = 64 * 1024
+    header_timeout: float = 10.0
+    body_timeout: float = 60.0
+    max_connections: int = 1000
+    allowed_hosts: tuple[str, ...] = ()
+    allowed_origins: tuple[str, ...] = ()
     poll_interval: float = 5.0
     drain_timeout: float = 30.0
     models: Mapping[str, ModelSettings] = field(default_factory=dict)
@@ -84,6 +98,7 @@ class Settings:
                          m.extra_columns, m.out_of_range, f"models[{name!r}].")
         if self.max_body_bytes < 1:
             raise ConfigError(f"max_body_bytes must be 1 or more; got {self.max_body_bytes}")
+        _check_http(self)
         if self.poll_interval <= 0 or self.drain_timeout < 0:
             raise ConfigError("poll_interval must be positive and drain_timeout not negative; "
                               f"got {self.poll_interval} and {self.drain_timeout}")
@@ -102,6 +117,21 @@ class Settings:
         """The token in force: ``token``, else ``REPRISE_SERVE_TOKEN``; ``None`` when empty."""
         token = self.token if self.token is not None else os.environ.get(TOKEN_ENV, "")
         return token or None
+
+
+def _check_http(s: Settings) -> None:
+    for name in ("max_header_bytes", "max_connections"):
+        if getattr(s, name) < 1:
+            raise ConfigError(f"{name} must be 1 or more; got {getattr(s, name)}")
+    for name in ("header_timeout", "body_timeout"):
+        if not getattr(s, name) > 0:
+            raise ConfigError(f"{name} must be a positive number of seconds; "
+                              f"got {getattr(s, name)}")
+    for origin in s.allowed_origins:
+        if "://" not in origin or origin.endswith("/"):
+            raise ConfigError(f"allowed_origins: {origin!r} is not an origin; write it as "
+                              "scheme://host[:port], e.g. https://app.example")
+    object.__setattr__(s, "allowed_hosts", tuple(h.lower() for h in s.allowed_hosts))
 
 
 def _check_model(batch: int | None, wait: float | None, budget: float | None,

@@ -36,7 +36,7 @@ def check_v1(model: ServedModel, payload: Any) -> tuple[Validated, bool]:
             return sig.check_records(payload["records"]), False
         if "columns" in payload:
             return sig.check_columns(payload["columns"]), True
-    got = ("an object with keys " + ", ".join(sorted(map(str, payload))[:10])
+    got = ("an object with keys " + ", ".join(k[:64] for k in sorted(map(str, payload))[:10])
            if isinstance(payload, dict) else f"a JSON {type(payload).__name__}")
     raise HTTPError(422, f"the body must be {_FORMS}", kind="invalid",
                     fields=[{"field": "$", "problem": "type", "expected": _FORMS, "got": got}])

@@ -6,29 +6,29 @@ SQLAlchemy loads only when the metadata store is first used.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from reprise.store._artifacts import (
-    BaseArtifactStore,
-    FsspecArtifactStore,
-    LocalArtifactStore,
-    open_artifact_store,
-    validate_artifact_name,
-)
+from reprise.core._lazy import lazy_attributes
 from reprise.store._journal import JournalBatch, JournalWriter, check_key, read_journal
-from reprise.store._materializers import (
-    Materializer,
-    load_object,
-    materializer_by_name,
-    materializer_for,
-    register_materializer,
-    save_object,
-)
 from reprise.store._metadata_base import BaseMetadataStore, RunFilter
 from reprise.store._workspace import FsckReport, GcReport, Workspace
 
 if TYPE_CHECKING:
+    from reprise.store._artifacts import (
+        BaseArtifactStore,
+        FsspecArtifactStore,
+        LocalArtifactStore,
+        open_artifact_store,
+        validate_artifact_name,
+    )
+    from reprise.store._materializers import (
+        Materializer,
+        load_object,
+        materializer_by_name,
+        materializer_for,
+        register_materializer,
+        save_object,
+    )
     from reprise.store._sql import SqlMetadataStore, upgrade_database
 
 __all__ = [
@@ -56,10 +56,16 @@ __all__ = [
     "validate_artifact_name",
 ]
 
-_LAZY = {"SqlMetadataStore": "reprise.store._sql", "upgrade_database": "reprise.store._sql"}
+# Loaded on first use: the listing commands need the workspace and its reader only.
+_LAZY = {
+    **{name: "reprise.store._artifacts" for name in (
+        "BaseArtifactStore", "FsspecArtifactStore", "LocalArtifactStore",
+        "open_artifact_store", "validate_artifact_name")},
+    **{name: "reprise.store._materializers" for name in (
+        "Materializer", "load_object", "materializer_by_name", "materializer_for",
+        "register_materializer", "save_object")},
+    "SqlMetadataStore": "reprise.store._sql",
+    "upgrade_database": "reprise.store._sql",
+}
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'reprise.store' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY)

@@ -14,17 +14,26 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import errno
+import itertools
 import os
+import secrets
 import shutil
-import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO, cast
 from urllib.parse import unquote, urlsplit
 
-from reprise.core._atomic import TMP_PREFIX, atomic_write, fsync_dir, fsync_path
+from reprise.core._atomic import (
+    TMP_PREFIX,
+    atomic_write,
+    fsync_dir,
+    fsync_path,
+    sync_filesystem,
+)
 from reprise.core._hashing import hash_bytes, hash_file, is_hash, new_hasher
 from reprise.core.errors import (
     ArtifactNotFoundError,
@@ -32,7 +41,9 @@ from reprise.core.errors import (
     IntegrityError,
     InvalidNameError,
     StoreError,
+    WorkspaceWriteError,
 )
+from reprise.store import _leases
 
 __all__ = [
     "BaseArtifactStore",
@@ -43,6 +54,7 @@ __all__ = [
 ]
 
 _CHUNK = 1 << 20
+_SMALL = 1 << 20  # put_files reads files up to this size into memory once, not three times
 _MAX_NAME = 255
 _NAME_RULES = (
     "use a relative POSIX path such as 'model/weights.npy': '/'-separated parts, no '.' or "
@@ -82,6 +94,17 @@ def _name_problem(name: object) -> str | None:
     if "" in parts:
         return "it has an empty part ('//' or a trailing '/')"
     return None
+
+
+_UNWRITABLE = frozenset({errno.EROFS, errno.ENOSPC, errno.EACCES, errno.EPERM,
+                         errno.EDQUOT})
+
+
+def _inside(path: str | bytes | os.PathLike[str], root: Path) -> bool:
+    try:
+        return Path(os.fsdecode(path)).absolute().is_relative_to(root)
+    except (TypeError, ValueError):
+        return False
 
 
 def _check_hash(h: object) -> str:
@@ -137,6 +160,14 @@ class BaseArtifactStore(abc.ABC):
         copying it (see :meth:`LocalArtifactStore.link_file`); others copy."""
         return self.put_file(path)
 
+    def put_files(self, paths: Sequence[str | os.PathLike[str]], *, link: bool = False,
+                  workers: int = 8) -> list[tuple[str, int]]:
+        """Store many local files (hard-linked where :meth:`link_file` would); return
+        their ``(hash, size)`` in order. A store may batch the work (see
+        :meth:`LocalArtifactStore.put_files`); the guarantees are :meth:`put_file`'s."""
+        put = self.link_file if link else self.put_file
+        return [put(p) for p in paths]
+
     @abc.abstractmethod
     def exists(self, h: str) -> bool:
         """True when the blob is present."""
@@ -169,6 +200,21 @@ class BaseArtifactStore(abc.ABC):
         """The blob's path on the local disk, for read-only use; None for remote stores."""
         _check_hash(h)
         return None
+
+    def pin(self, hashes: Iterable[str]) -> None:
+        """Tell gc that this live process needs these blobs (see ``_leases``); stores that
+        cannot track live processes rely on gc's grace period instead."""
+        for h in hashes:
+            _check_hash(h)
+
+    def live_pins(self) -> set[str]:
+        """Hashes pinned by live processes (empty where the store cannot tell)."""
+        return set()
+
+    @contextlib.contextmanager
+    def gc_lock(self) -> Iterator[None]:
+        """Held by gc while it deletes; a no-op where the store cannot lock."""
+        yield
 
     def get_bytes(
         self, h: str, *, verify: bool = False, expected_size: int | None = None
@@ -248,6 +294,46 @@ class LocalArtifactStore(BaseArtifactStore):
         self.root = Path(root).expanduser().absolute()
         self.url = str(self.root)
 
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A read-only, full or forbidden store folder becomes one clear error."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.errno not in _UNWRITABLE or isinstance(exc, WorkspaceWriteError):
+                raise
+            paths = [p for p in (exc.filename, exc.filename2) if p is not None]
+            if paths and not any(_inside(p, self.root) for p in paths):
+                raise  # e.g. a source file the user cannot read: not the store's problem
+            raise WorkspaceWriteError(
+                f"cannot write to the artifact folder {self.root}: "
+                f"{exc.strerror or os.strerror(exc.errno or 0)}. Make it writable, free space "
+                "on its disk, or point REPRISE_ARTIFACTS_URL at another folder."
+            ) from exc
+
+    def _lease(self) -> _leases.Lease:
+        return _leases.lease_for(self.root)
+
+    def _claim(self, h: str, size: int) -> bool:
+        """Pin ``h`` for this process, then say whether its blob is present: under gc's
+        shared lock, so a blob found present is not deleted by a gc running meanwhile."""
+        with _leases.gc_lock(self.root, exclusive=False):
+            self._lease().pin([h])
+            return self._present(self._blob(h), size)
+
+    def pin(self, hashes: Iterable[str]) -> None:
+        checked = [_check_hash(h) for h in hashes]
+        with self._writing(), _leases.gc_lock(self.root, exclusive=False):
+            self._lease().pin(checked)
+
+    def live_pins(self) -> set[str]:
+        return _leases.live_pins(self.root)
+
+    @contextlib.contextmanager
+    def gc_lock(self) -> Iterator[None]:
+        with _leases.gc_lock(self.root, exclusive=True):
+            yield
+
     def _blob(self, h: str) -> Path:
         _check_hash(h)
         return self.root / "blobs" / h[:2] / h[2:]
@@ -267,7 +353,8 @@ class LocalArtifactStore(BaseArtifactStore):
     def _temp(self) -> Iterator[tuple[BinaryIO, str]]:
         tmp_dir = self.root / "tmp"
         tmp_dir.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=TMP_PREFIX, dir=tmp_dir)
+        tmp = str(tmp_dir / self._lease().temp_name(secrets.token_hex(8)))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             with os.fdopen(fd, "wb") as f:
                 yield f, tmp
@@ -284,13 +371,17 @@ class LocalArtifactStore(BaseArtifactStore):
 
     def put_bytes(self, data: bytes) -> tuple[str, int]:
         h, size = hash_bytes(data), len(data)
-        return self.put_stream([data]) if not self._present(self._blob(h), size) else (h, size)
+        with self._writing():
+            return self.put_stream([data]) if not self._claim(h, size) else (h, size)
 
     def put_file(self, path: str | os.PathLike[str]) -> tuple[str, int]:
-        src = Path(path)
+        with self._writing():
+            return self._put_file(Path(path))
+
+    def _put_file(self, src: Path) -> tuple[str, int]:
         before = src.stat()
         h = hash_file(src)  # memory map + threads: far faster than hashing while copying
-        if self._present(self._blob(h), before.st_size):
+        if self._claim(h, before.st_size):
             return h, before.st_size
         with self._temp() as (f, tmp):
             f.close()
@@ -309,18 +400,23 @@ class LocalArtifactStore(BaseArtifactStore):
         back; editors and exports that write a new file and rename it are unaffected.
         Falls back to a copy across filesystems or where links are not allowed.
         """
-        src = Path(path)
+        with self._writing():
+            return self._link_file(Path(path))
+
+    def _link_file(self, src: Path) -> tuple[str, int]:
         before = src.stat()
         h = hash_file(src)
-        if self._present(self._blob(h), before.st_size):
+        if self._claim(h, before.st_size):
             return h, before.st_size
         tmp_dir = self.root / "tmp"
         tmp_dir.mkdir(parents=True, exist_ok=True)
-        tmp = str(tmp_dir / f"{TMP_PREFIX}link-{os.getpid()}-{h[:16]}")
+        tmp = str(tmp_dir / self._lease().temp_name(f"link-{h[:16]}-{secrets.token_hex(4)}"))
         try:
             os.link(src, tmp)
-        except OSError:  # another filesystem (EXDEV), or links not permitted
-            return self.put_file(src)
+        except OSError as exc:  # another filesystem (EXDEV), or links not permitted
+            if exc.errno in _UNWRITABLE and exc.errno != errno.EPERM:
+                raise
+            return self._put_file(src)
         try:
             after = os.stat(tmp)
             if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
@@ -332,9 +428,103 @@ class LocalArtifactStore(BaseArtifactStore):
                 os.unlink(tmp)
         return h, before.st_size
 
+    def put_files(self, paths: Sequence[str | os.PathLike[str]], *, link: bool = False,
+                  workers: int = 8) -> list[tuple[str, int]]:
+        """Store many files at once: each is hashed and copied (or hard-linked) to a temp
+        file by a pool of threads, then one ``syncfs`` makes all the copies durable
+        before any is renamed to its hash, and each blob folder is fsynced once. A
+        folder of 20,000 small files costs a few disk flushes instead of two per file;
+        a blob still only appears complete and durable under its name."""
+        made: list[str] = []
+        names = itertools.count()
+        lease = self._lease()
+        # temp names gc traces to this live process, unique without a syscall per file
+        prefix = str(self.root / "tmp" / lease.temp_name(f"{uuid.uuid4().hex[:12]}-"))
+
+        def stage(path: str | os.PathLike[str]) -> tuple[str, int, str | None]:
+            tmp = f"{prefix}{next(names)}"
+            if not link:
+                small = self._stage_small(path, tmp, made)
+                if small is not None:
+                    return small
+            src = Path(path)
+            before = src.stat()
+            h = hash_file(src)
+            lease.pin([h])  # before the check: gc keeps a blob found present (see _claim)
+            if self._present(self._blob(h), before.st_size):
+                return h, before.st_size, None
+            made.append(tmp)
+            try:
+                if not link:
+                    raise OSError
+                os.link(src, tmp)
+            except OSError:  # copying, or links not possible here (another filesystem)
+                shutil.copyfile(src, tmp)
+            after = src.stat()
+            if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+                raise StoreError(f"{src} changed while it was being stored; store it again.")
+            return h, before.st_size, tmp
+
+        (self.root / "tmp").mkdir(parents=True, exist_ok=True)
+        try:  # under gc's shared lock for the whole batch, as _claim is for one blob
+            with self._writing(), _leases.gc_lock(self.root, exclusive=False):
+                if workers > 1 and len(paths) > 1:
+                    with ThreadPoolExecutor(max_workers=workers) as pool:
+                        staged = list(pool.map(stage, paths))
+                else:
+                    staged = [stage(p) for p in paths]
+                self._commit_many([(h, tmp) for h, _, tmp in staged if tmp is not None])
+        finally:
+            for tmp in made:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        return [(h, size) for h, size, _ in staged]
+
+    def _stage_small(self, src: str | os.PathLike[str], tmp: str, made: list[str]
+                     ) -> tuple[str, int, str | None] | None:
+        """A small file read once: hashed from memory and written to a read-only temp
+        (None for a file too large for that)."""
+        with open(src, "rb", buffering=0) as f:
+            before = os.fstat(f.fileno())
+            if before.st_size > _SMALL:
+                return None
+            data = f.read(before.st_size + 1)
+            after = os.fstat(f.fileno())
+        if len(data) != before.st_size or after.st_mtime_ns != before.st_mtime_ns:
+            raise StoreError(f"{src} changed while it was being stored; store it again.")
+        h = hash_bytes(data)
+        self._lease().pin([h])  # before the check, as in put_files' stage
+        if self._present(self._blob(h), len(data)):
+            return h, len(data), None
+        made.append(tmp)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        return h, len(data), tmp
+
+    def _commit_many(self, staged: list[tuple[str, str]]) -> None:
+        if not staged:
+            return
+        sync_filesystem(self.root / "tmp")
+        folders: set[Path] = set()
+        for h, tmp in staged:
+            target = self._blob(h)
+            if target.parent not in folders:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                folders.add(target.parent)
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, target)
+        for folder in sorted(folders):
+            fsync_dir(folder)
+        fsync_dir(self.root / "blobs")
+
     def put_stream(self, chunks: Iterable[bytes]) -> tuple[str, int]:
         hasher, size = new_hasher(), 0
-        with self._temp() as (f, tmp):
+        with self._writing(), self._temp() as (f, tmp):
             for chunk in chunks:
                 f.write(chunk)
                 hasher.update(chunk)
@@ -343,7 +533,7 @@ class LocalArtifactStore(BaseArtifactStore):
             os.fsync(f.fileno())
             f.close()
             h = str(hasher.hexdigest())
-            if not self._present(self._blob(h), size):
+            if not self._claim(h, size):
                 self._commit(tmp, h)
         return h, size
 
@@ -395,12 +585,15 @@ class LocalArtifactStore(BaseArtifactStore):
                         yield prefix + rest
 
     def sweep_temp(self, older_than: float = 3600.0) -> int:
+        """Remove temp files older than ``older_than`` seconds, except those of live
+        processes (their lease is locked), whatever their age."""
         tmp_dir, cutoff, removed = self.root / "tmp", time.time() - older_than, 0
         if not tmp_dir.is_dir():
             return 0
         for entry in os.scandir(tmp_dir):
             with contextlib.suppress(FileNotFoundError):  # another sweeper was faster
-                if entry.name.startswith(TMP_PREFIX) and entry.stat().st_mtime <= cutoff:
+                if (entry.name.startswith(TMP_PREFIX) and entry.stat().st_mtime <= cutoff
+                        and not _leases.temp_owner_alive(self.root, entry.name)):
                     os.unlink(entry.path)
                     removed += 1
         return removed

@@ -49,6 +49,7 @@ from reprise.store._materializer import Materializer
 from reprise.store._ml import SklearnMaterializer
 from reprise.store._path_materializers import DirMaterializer, FileMaterializer
 from reprise.store._torch import TorchModuleMaterializer, TorchTensorMaterializer
+from reprise.store._tree import TreeMaterializer
 from reprise.store._value_materializers import (
     ArrowMaterializer,
     BytesMaterializer,
@@ -71,7 +72,7 @@ __all__ = [
 _BUILTINS: tuple[Materializer, ...] = (
     NumpyMaterializer(), PandasMaterializer(), ArrowMaterializer(), BytesMaterializer(),
     DirMaterializer(), FileMaterializer(), SklearnMaterializer(), TorchModuleMaterializer(),
-    TorchTensorMaterializer(), JsonMaterializer(),
+    TorchTensorMaterializer(), JsonMaterializer(), TreeMaterializer(),
 )
 _BUILTIN_NAMES = frozenset(m.name for m in _BUILTINS)
 _user: list[Materializer] = []  # newest first

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from reprise.core._types import (
     ArtifactRecord,
@@ -17,7 +17,7 @@ from reprise.core._types import (
 )
 from reprise.store._journal import JournalBatch
 
-__all__ = ["BaseMetadataStore", "RunFilter"]
+__all__ = ["BaseMetadataStore", "MetadataReader", "RunFilter"]
 
 
 class RunFilter:
@@ -43,6 +43,28 @@ class RunFilter:
         self.order_by_metric = order_by_metric
         self.ascending = ascending
         self.limit = limit
+
+
+class MetadataReader(Protocol):
+    """The read methods that listing commands use (``Workspace.reader``): every
+    :class:`BaseMetadataStore` has them, and so has the read-only SQLite reader
+    (``_sqlite_read``). Same meaning and errors as the store's methods."""
+
+    def get_run(self, run_id: str) -> RunRecord: ...
+
+    def list_runs(self, flt: RunFilter | None = None) -> list[RunRecord]: ...
+
+    def run_ids_around(self, first: str, last: str) -> list[str]: ...
+
+    def latest_metrics(self, run_ids: Sequence[str]) -> dict[str, dict[str, MetricPoint]]: ...
+
+    def run_artifacts(self, run_id: str) -> dict[str, ArtifactRecord]: ...
+
+    def list_dataset_versions(self, name: str | None = None) -> list[DatasetRecord]: ...
+
+    def list_model_versions(self, name: str | None = None) -> list[ModelVersionRecord]: ...
+
+    def get_aliases(self, name: str) -> dict[str, int]: ...
 
 
 class BaseMetadataStore(abc.ABC):
@@ -188,7 +210,8 @@ class BaseMetadataStore(abc.ABC):
                           event: tuple[str, str, str, dict[str, Any]]
                           ) -> tuple[ModelVersionRecord, bool]:
         """Register ``record`` as the next version of its name (``record.version`` is
-        ignored; the model name is created if new) and return ``(stored, True)``. If a
+        ignored; the model name is created if new; a number is never given twice, even
+        after its version was deleted) and return ``(stored, True)``. If a
         version of that name already holds the same package, return ``(it, False)``,
         change nothing and log nothing. The event's payload gets ``version``."""
 
@@ -203,12 +226,15 @@ class BaseMetadataStore(abc.ABC):
     @abc.abstractmethod
     def set_model_version_status(self, name: str, version: int, status: str,
                                  event: tuple[str, str, str, dict[str, Any]]) -> None:
-        """Set a version's status (``ready`` / ``archived``)."""
+        """Set a version's status (``ready`` / ``archived``); the same status again changes
+        and logs nothing. NotFoundError if the version is gone; UserError (and nothing
+        changes) when archiving a version an alias holds, checked in the transaction."""
 
     @abc.abstractmethod
     def delete_model_version(self, name: str, version: int,
                              event: tuple[str, str, str, dict[str, Any]]) -> None:
-        """Remove a version (and its alias history); the caller checked no alias holds it."""
+        """Remove a version (and its alias history). NotFoundError if it is gone;
+        UserError (and nothing changes) if an alias holds it, checked in the transaction."""
 
     @abc.abstractmethod
     def get_aliases(self, name: str) -> dict[str, int]:
@@ -216,15 +242,20 @@ class BaseMetadataStore(abc.ABC):
 
     @abc.abstractmethod
     def set_alias(self, name: str, alias: str, version: int,
-                  event: tuple[str, str, str, dict[str, Any]]) -> int | None:
+                  event: tuple[str, str, str, dict[str, Any]], *,
+                  package_hash: str | None = None) -> int | None:
         """Point ``alias`` at ``version`` and push it on the alias's history; return the
-        version it pointed at before (None if new). The payload gets ``previous``."""
+        version it pointed at before (None if new). The payload gets ``previous``.
+        In the same transaction: NotFoundError if the version is gone, UserError if it
+        is not ready or (``package_hash`` given) holds another package. If the alias
+        already points there, nothing changes (no history entry, no event)."""
 
     @abc.abstractmethod
     def rollback_alias(self, name: str, alias: str,
                        event: tuple[str, str, str, dict[str, Any]]) -> tuple[int, int] | None:
         """Pop the alias's newest promotion and point it at the one before; return
-        ``(from, to)``, or None (nothing changed) when there is no earlier promotion.
+        ``(from, to)``, or None (nothing changed) when there is no earlier promotion;
+        UserError (nothing changed) if the one before is archived.
         The payload gets ``from`` and ``to``."""
 
     @abc.abstractmethod

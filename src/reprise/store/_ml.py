@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from reprise.core._atomic import atomic_write_bytes
-from reprise.core._lazy import require
 from reprise.core.errors import MaterializerError
 from reprise.store._artifacts import BaseArtifactStore
 from reprise.store._materializer import (
@@ -60,7 +59,9 @@ TRUSTED_TYPES_ENV = "REPRISE_TRUSTED_TYPES"
 
 
 def _skops() -> Any:
-    return require("skops.io", purpose="storing scikit-learn estimators")
+    from reprise.store._skops import skops_io
+
+    return skops_io()
 
 
 def _safe_by_default(type_name: str) -> bool:
@@ -138,9 +139,12 @@ def _canonical_skops(data: bytes) -> bytes:
 
 
 def _loads_estimator(data: bytes, source: str, trusted: Iterable[str] | str | None) -> Any:
+    from reprise.store._skops import own_policy
+
     sio = _skops()
     try:
-        found: list[str] = sio.get_untrusted_types(data=data)
+        with own_policy():  # every type in the file is reported; this module's policy decides
+            found: list[str] = sio.get_untrusted_types(data=data)
     except (zipfile.BadZipFile, KeyError, ValueError) as exc:
         raise MaterializerError(f"{source} is not a readable skops file ({exc}).") from None
     patterns = _patterns(trusted)
@@ -152,7 +156,8 @@ def _loads_estimator(data: bytes, source: str, trusted: Iterable[str] | str | No
             f"{TRUSTED_TYPES_ENV}=\"{','.join(refused)}\" (names, or 'package.*'), or call "
             "reprise.store._ml.load_estimator(path, trusted=[...]) on a .skops file.")
     try:
-        return sio.loads(data, trusted=found)
+        with own_policy():
+            return sio.loads(data, trusted=found)
     except (ImportError, AttributeError, TypeError, ValueError) as exc:
         raise MaterializerError(
             f"cannot rebuild the estimator in {source} ({type(exc).__name__}: {exc}); install "
@@ -213,5 +218,8 @@ def copy_estimator(estimator: Any) -> Any:
     Every type is trusted: the bytes were written by this process a moment ago.
     """
     data = _dumps_estimator(estimator)
+    from reprise.store._skops import own_policy
+
     sio = _skops()
-    return sio.loads(data, trusted=sio.get_untrusted_types(data=data))
+    with own_policy():
+        return sio.loads(data, trusted=sio.get_untrusted_types(data=data))

@@ -13,6 +13,7 @@ from sqlalchemy import (
     Column,
     Float,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     MetaData,
@@ -21,11 +22,12 @@ from sqlalchemy import (
     Text,
 )
 
+from reprise.store._rows import HEAD_REVISION
+
 __all__ = ["HEAD_REVISION", "metadata"]
 
-# Must equal the newest revision in migrations/versions. Kept here as a constant
-# so that checking "is the database current?" needs no Alembic import (0.6 s).
-HEAD_REVISION = "0004_registry"
+# HEAD_REVISION (the newest revision in migrations/versions) lives in _rows, which
+# needs no SQLAlchemy, so the read-only SQLite reader can check it too.
 
 metadata = MetaData()
 
@@ -182,6 +184,8 @@ models = Table(
     Column("name", NAME, primary_key=True),
     Column("description", Text),
     Column("created_at", Float, nullable=False),
+    # revision 0005: the highest version number ever given (deleting never lowers it)
+    Column("last_version", Integer, nullable=False, server_default="0"),
 )
 
 model_versions = Table(
@@ -206,6 +210,9 @@ aliases = Table(
     Column("alias", NAME, primary_key=True),
     Column("version", Integer, nullable=False),
     Column("updated_at", Float, nullable=False),
+    # revision 0005: an alias always names a version that exists
+    ForeignKeyConstraint(["name", "version"], ["model_versions.name", "model_versions.version"],
+                         name="fk_aliases_model_versions"),
 )
 
 audit_events = Table(

@@ -23,7 +23,6 @@ from reprise.core._types import (
     ArtifactRecord,
     DatasetRecord,
     MetricPoint,
-    RunKind,
     RunRecord,
     RunStatus,
 )
@@ -39,6 +38,10 @@ from reprise.core.errors import (
 from reprise.store import _schema as s
 from reprise.store._journal import JournalBatch
 from reprise.store._metadata_base import BaseMetadataStore, RunFilter
+from reprise.store._rows import artifact_record as _artifact_record
+from reprise.store._rows import dataset_record as _dataset_record
+from reprise.store._rows import latest_metrics_sql, latest_point
+from reprise.store._rows import run_record as _record
 from reprise.store._sql_registry import SqlRegistryMixin
 
 __all__ = ["SqlMetadataStore", "normalise_url", "upgrade_database"]
@@ -389,15 +392,11 @@ class SqlMetadataStore(SqlRegistryMixin, BaseMetadataStore):
 
     def latest_metrics(self, run_ids: Sequence[str]) -> dict[str, dict[str, MetricPoint]]:
         out: dict[str, dict[str, MetricPoint]] = {rid: {} for rid in run_ids}
-        m = s.metrics
         with self.engine.connect() as conn:
-            for chunk in _chunks(list(run_ids), 500):
-                q = (sa.select(m.c.run_id, m.c.key, m.c.step, m.c.value, m.c.timestamp)
-                     .where(m.c.run_id.in_(chunk)).order_by(m.c.run_id, m.c.key, m.c.step,
-                                                            m.c.id))
-                for rid, k, st, v, ts in conn.execute(q):
-                    out[rid][k] = MetricPoint(k, int(st), math.nan if v is None else float(v),
-                                              float(ts))
+            for chunk in _chunks(list(out), 500):
+                q = sa.text(latest_metrics_sql(len(chunk)))
+                for row in conn.execute(q, {f"r{i}": rid for i, rid in enumerate(chunk)}):
+                    out[row[0]][row[1]] = latest_point(row)
         return out
 
     # -- environments and artifacts --------------------------------------------------
@@ -621,33 +620,7 @@ def _run_row(h: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _record(r: Any) -> RunRecord:
-    return RunRecord(
-        id=r["id"], name=r["name"], kind=RunKind(r["kind"]), status=RunStatus(r["status"]),
-        started_at=r["started_at"], ended_at=r["ended_at"], parent_id=r["parent_id"],
-        seed=r["seed"], env_hash=r["env_hash"], code_hash=r["code_hash"],
-        git_commit=r["git_commit"], git_dirty=r["git_dirty"], host=r["host"], user=r["user"],
-        pid=r["pid"], error=r["error"], energy_joules=r["energy_joules"],
-        energy_source=r["energy_source"],
-    )
-
-
-def _dataset_record(row: Any) -> DatasetRecord:
-    return DatasetRecord(
-        name=row["name"], version=int(row["version"]), artifact_hash=row["artifact_hash"],
-        format=row["format"] or "file", rows=None if row["rows"] is None else int(row["rows"]),
-        schema=None if row["schema"] is None else json.loads(row["schema"]),
-        profile=None if row["profile"] is None else json.loads(row["profile"]),
-        meta=json.loads(row["meta"] or "{}"), created_at=float(row["created_at"]))
-
-
 def _artifact_row(a: dict[str, Any]) -> dict[str, Any]:
     return {"hash": a["hash"], "size": a["size"], "kind": a["kind"],
             "materializer": a["materializer"], "meta": json.dumps(a.get("meta") or {}),
             "created_at": a.get("created") or time.time()}
-
-
-def _artifact_record(r: Any) -> ArtifactRecord:
-    return ArtifactRecord(hash=r["hash"], size=int(r["size"]), kind=r["kind"],
-                          materializer=r["materializer"], meta=json.loads(r["meta"] or "{}"),
-                          created=float(r["created_at"]))

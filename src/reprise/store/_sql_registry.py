@@ -4,6 +4,14 @@ Every change is one transaction that also appends its audit event. Appends are
 serialised: SQLite's ``BEGIN IMMEDIATE`` already takes the write lock; on
 PostgreSQL a transaction-scoped advisory lock orders them, so two registrations
 can never both chain onto the same previous event.
+
+The rules that guard a change are checked inside the transaction that makes it, on
+the version row read ``FOR UPDATE`` (PostgreSQL), so no other process can slip in
+between check and change: a promotion finds its version still there, still ready and
+still the package whose gates were checked; archiving or deleting finds no alias on
+the version; and a foreign key from aliases to versions backs the rule. Version
+numbers come from ``models.last_version``, which deletes never lower: a number,
+once given, names one package forever.
 """
 
 from __future__ import annotations
@@ -17,7 +25,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from reprise.core._types import GENESIS_HASH, AuditEvent, ModelVersionRecord, audit_hash
+from reprise.core.errors import NotFoundError, UserError
 from reprise.store import _schema as s
+from reprise.store._rows import loads as _loads
+from reprise.store._rows import version_record as _version
 
 __all__ = ["SqlRegistryMixin"]
 
@@ -84,13 +95,7 @@ class SqlRegistryMixin:
                 .order_by(mv.c.version).limit(1)).mappings().first()
             if same is not None:
                 return _version(same), False
-            if conn.execute(sa.select(s.models.c.name).where(
-                    s.models.c.name == record.name)).first() is None:
-                conn.execute(s.models.insert().values(name=record.name,
-                                                      created_at=time.time()))
-            top = conn.execute(sa.select(sa.func.max(mv.c.version))
-                               .where(mv.c.name == record.name)).scalar()
-            version = 1 if top is None else int(top) + 1
+            version = _next_version(conn, record.name)
             row = {"name": record.name, "version": version, "run_id": record.run_id,
                    "package_hash": record.package_hash,
                    "signature": json.dumps(record.signature) if record.signature else None,
@@ -122,6 +127,11 @@ class SqlRegistryMixin:
         mv = s.model_versions
 
         def go(conn: Connection) -> None:
+            current = _locked_version(conn, name, version)
+            if current["status"] == status:
+                return
+            if status != "ready":
+                _refuse_if_held(conn, name, version, "archived")
             conn.execute(mv.update().where(mv.c.name == name, mv.c.version == version)
                          .values(status=status))
             self._append(conn, event)
@@ -131,6 +141,8 @@ class SqlRegistryMixin:
         mv, h = s.model_versions, s.alias_history
 
         def go(conn: Connection) -> None:
+            _locked_version(conn, name, version)
+            _refuse_if_held(conn, name, version, "deleted")
             conn.execute(h.delete().where(h.c.name == name, h.c.version == version))
             conn.execute(mv.delete().where(mv.c.name == name, mv.c.version == version))
             self._append(conn, event)
@@ -144,12 +156,17 @@ class SqlRegistryMixin:
                                 .order_by(al.c.alias)).all()
         return {str(a): int(v) for a, v in rows}
 
-    def set_alias(self, name: str, alias: str, version: int, event: Event) -> int | None:
+    def set_alias(self, name: str, alias: str, version: int, event: Event, *,
+                  package_hash: str | None = None) -> int | None:
         al = s.aliases
 
         def go(conn: Connection) -> int | None:
+            row = _locked_version(conn, name, version)
+            _check_promotable(row, alias, package_hash)
             before = conn.execute(sa.select(al.c.version).where(
                 al.c.name == name, al.c.alias == alias)).scalar()
+            if before is not None and int(before) == version:
+                return version  # already there: no history entry, nothing to audit
             now = time.time()
             self._upsert(conn, al, [{"name": name, "alias": alias, "version": version,
                                      "updated_at": now}], ["name", "alias"])
@@ -169,6 +186,7 @@ class SqlRegistryMixin:
             if len(rows) < 2:
                 return None
             (top_seq, current), (_, target) = rows
+            _check_promotable(_locked_version(conn, name, int(target)), alias, None)
             conn.execute(h.delete().where(h.c.seq == top_seq))
             conn.execute(al.update().where(al.c.name == name, al.c.alias == alias)
                          .values(version=int(target), updated_at=time.time()))
@@ -185,16 +203,46 @@ class SqlRegistryMixin:
         return [int(r[0]) for r in rows]
 
 
-def _loads(text: str | None) -> Any:
-    return json.loads(text) if text else {}
+def _next_version(conn: Connection, name: str) -> int:
+    """The next version number of ``name`` (creating the model), never one given before."""
+    m, mv = s.models, s.model_versions
+    last = conn.execute(sa.select(m.c.last_version).where(m.c.name == name)
+                        .with_for_update()).first()
+    if last is None:
+        conn.execute(m.insert().values(name=name, created_at=time.time(), last_version=0))
+    top = conn.execute(sa.select(sa.func.max(mv.c.version)).where(mv.c.name == name)).scalar()
+    version = max(0 if last is None else int(last[0]), int(top or 0)) + 1
+    conn.execute(m.update().where(m.c.name == name).values(last_version=version))
+    return version
 
 
-def _version(r: Any) -> ModelVersionRecord:
-    sig = r.get("signature")
-    return ModelVersionRecord(name=r["name"], version=int(r["version"]),
-                              package_hash=r["package_hash"], run_id=r.get("run_id"),
-                              status=r["status"],
-                              signature=json.loads(sig) if sig else None,
-                              metrics=_loads(r.get("metrics")), meta=_loads(r.get("meta")),
-                              created_at=float(r["created_at"]))
+def _locked_version(conn: Connection, name: str, version: int) -> Any:
+    """The row of ``name:version``, locked until the transaction ends; NotFoundError."""
+    mv = s.model_versions
+    row = conn.execute(sa.select(mv).where(mv.c.name == name, mv.c.version == version)
+                       .with_for_update()).mappings().first()
+    if row is None:
+        raise NotFoundError(f"model {name!r} has no version {version} (it may have just been "
+                            f"deleted); see `reprise models show {name}`")
+    return row
 
+
+def _check_promotable(row: Any, alias: str, package_hash: str | None) -> None:
+    ref = f"{row['name']}:{row['version']}"
+    if row["status"] != "ready":
+        raise UserError(f"{ref} is {row['status']}; only ready versions can be promoted or "
+                        f"rolled back to ({alias!r} was not moved)")
+    if package_hash is not None and row["package_hash"] != package_hash:
+        raise UserError(f"{ref} now holds another package than the one checked for {alias!r}; "
+                        "look at it again and promote it anew")
+
+
+def _refuse_if_held(conn: Connection, name: str, version: int, what: str) -> None:
+    al = s.aliases
+    held = sorted(str(a) for a, in conn.execute(sa.select(al.c.alias).where(
+        al.c.name == name, al.c.version == version)))
+    if held:
+        raise UserError(f"{name}:{version} is held by alias(es) {held}; it cannot be {what}. "
+                        f"Move the alias first: `reprise models promote {name} VERSION "
+                        f"--alias {held[0]}` or `reprise models rollback {name} "
+                        f"--alias {held[0]}`")

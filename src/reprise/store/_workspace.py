@@ -2,7 +2,8 @@
 
 Opening the metadata store costs the SQLAlchemy import (~0.3 s), so nothing
 here touches it until a caller asks for ``metadata``. The first access also
-recovers journals left by dead processes (see ``_journal``).
+recovers journals left by dead processes (see ``_journal``). Listing commands
+ask for ``reader`` instead, which skips both when there is nothing to recover.
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from reprise.core._config import Config, load_config
+from reprise.core._hashing import is_hash
 from reprise.core._types import RunStatus
+from reprise.core.errors import ArtifactNotFoundError
 from reprise.store._journal import (
     SUFFIX,
     cut_torn_tail,
@@ -30,7 +33,8 @@ from reprise.store._journal import (
 
 if TYPE_CHECKING:
     from reprise.store._artifacts import BaseArtifactStore
-    from reprise.store._metadata_base import BaseMetadataStore
+    from reprise.store._metadata_base import BaseMetadataStore, MetadataReader
+    from reprise.store._sqlite_read import SqliteReader
 
 __all__ = ["FsckReport", "GcReport", "Workspace"]
 
@@ -76,6 +80,7 @@ class Workspace:
         self.config = config
         self._metadata: BaseMetadataStore | None = None
         self._artifacts: BaseArtifactStore | None = None
+        self._reader: SqliteReader | None = None
         self._identity = _identity(config.workspace_dir)
 
     def is_current(self) -> bool:
@@ -113,7 +118,28 @@ class Workspace:
             self.recover()
         return self._metadata
 
+    @property
+    def reader(self) -> MetadataReader:
+        """Read-only queries for listing commands. On the embedded SQLite database, when
+        no journal waits to be ingested, these run on the standard library's sqlite3
+        without loading SQLAlchemy; otherwise (PostgreSQL, a schema to migrate, a
+        journal to recover or catch up) this is :attr:`metadata`."""
+        if self._metadata is None:
+            if self._reader is None:
+                from reprise.store._sqlite_read import open_reader
+
+                self._reader = open_reader(self.config.store_url, self.journals_dir)
+            elif self._reader.journals_pending(self.journals_dir):  # a run wrote since
+                self._reader.close()
+                self._reader = None
+            if self._reader is not None:
+                return self._reader
+        return self.metadata
+
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         if self._metadata is not None:
             self._metadata.close()
             self._metadata = None
@@ -273,6 +299,7 @@ class Workspace:
         report = FsckReport()
         arts = self.artifacts
         recorded = {a.hash: a for a in self.metadata.list_artifacts()}
+        children = self._tree_children(list(recorded.values()), set(recorded), strict=False)
         for h, rec in recorded.items():
             report.checked += 1
             if not arts.exists(h):
@@ -280,7 +307,7 @@ class Workspace:
             elif arts.size(h) != rec.size or (verify_hashes and not arts.verify(h)):
                 report.corrupted.append(h)
         for h in arts.iter_hashes():
-            if h not in recorded:
+            if h not in recorded and h not in children:
                 report.unrecorded.append(h)
                 if verify_hashes and not arts.verify(h):
                     report.corrupted.append(h)
@@ -289,40 +316,114 @@ class Workspace:
     def gc(self, *, dry_run: bool = False, grace_seconds: float = 3600.0) -> GcReport:
         """Remove blobs nothing references; blobs younger than the grace period stay.
 
-        The grace period protects blobs written by runs still in progress, whose
-        journals have not been ingested yet.
+        Blobs that live processes have pinned (their runs' step outputs, a file being
+        added) stay whatever the grace period; remote stores that cannot tell live
+        processes rely on the grace period alone. The order of the reads below is what
+        makes this safe against processes racing with gc: blobs are listed first, then
+        the pins of live processes, then active journals, then the database (a journal
+        is ingested before it is archived). Rows go before blobs, so a gc killed midway
+        leaves unrecorded blobs for the next gc, never rows whose blobs are missing.
         """
         report = GcReport(dry_run=dry_run)
         store, arts = self.metadata, self.artifacts
-        referenced = store.referenced_artifact_hashes() | self._pending_journal_hashes()
-        recorded = {a.hash for a in store.list_artifacts()}
+        on_disk = set(arts.iter_hashes())
+        unreferenced = (on_disk | {a.hash for a in store.list_artifacts()}) - self._referenced()
         now = time.time()
         doomed: list[str] = []
-        for h in set(arts.iter_hashes()) | recorded:
-            if h in referenced:
-                continue
-            if arts.exists(h) and now - arts.mtime(h) < grace_seconds:
+        for h in sorted(unreferenced):
+            if h in on_disk and _age(arts, h, now) < grace_seconds:
                 report.kept_recent += 1
                 continue
             doomed.append(h)
-        for h in sorted(doomed):
-            report.removed.append(h)
-            if arts.exists(h):
-                report.bytes_freed += arts.size(h)
-            if not dry_run:
+        if dry_run:
+            report.removed = doomed
+            report.bytes_freed = sum(_size(arts, h) for h in doomed)
+            return report
+        with arts.gc_lock():  # writers pin under the shared lock: none is half-way now
+            # again: a writer that pinned a doomed blob since the first pass is either
+            # alive (pinned) or wrote its reference before it died
+            keep = self._referenced()
+            report.kept_recent += sum(h in keep for h in doomed)
+            doomed = [h for h in doomed if h not in keep]
+            store.delete_artifacts(doomed)
+            for h in doomed:
+                report.removed.append(h)
+                report.bytes_freed += _size(arts, h)
                 arts.delete(h)
-        if not dry_run:
-            store.delete_artifacts(sorted(doomed))
-            report.temp_files_removed = arts.sweep_temp(grace_seconds)
+        report.temp_files_removed = arts.sweep_temp(grace_seconds)
         return report
 
-    def _pending_journal_hashes(self) -> set[str]:
+    def _tree_children(self, records: list[Any], among: set[str], *, strict: bool = True
+                       ) -> set[str]:
+        """The file blobs of the folder manifests in ``among`` (they live as long as the
+        manifest does). gc is ``strict``: a manifest it cannot read stops it, since
+        deleting what that manifest names would lose data; fsck skips it (and reports
+        the manifest itself as corrupt)."""
+        from reprise.core.errors import RepriseError
+        from reprise.store._tree import tree_children
+
         out: set[str] = set()
-        if self.journals_dir.is_dir():
-            for path in self.journals_dir.glob(f"*{SUFFIX}"):
-                with contextlib.suppress(FileNotFoundError):
-                    out.update(a["hash"] for a in read_journal(path, 0).artifacts)
+        for rec in records:
+            if rec.materializer == "tree" and rec.hash in among:
+                try:
+                    out.update(tree_children(self.artifacts, rec.hash))
+                except RepriseError:
+                    if strict:
+                        raise
         return out
+
+    def _referenced(self) -> set[str]:
+        """Pins of live processes, then active journals, then the database (then the files of
+        the folder manifests among them): in this order,
+        a reference moving from one to the next (a journal ingested, then archived) is
+        never missed."""
+        referenced = self.artifacts.live_pins()
+        referenced |= self._pending_journal_hashes()
+        referenced |= self.metadata.referenced_artifact_hashes()
+        # the file blobs of the folder manifests among them live as long as the manifest
+        return referenced | self._tree_children(self.metadata.list_artifacts(), referenced)
+
+    def _pending_journal_hashes(self) -> set[str]:
+        """Blobs named by active journals: logged artifacts and steps' inputs and outputs."""
+        out: set[str] = set()
+        if not self.journals_dir.is_dir():
+            return out
+        for path in self.journals_dir.glob(f"*{SUFFIX}"):
+            offset = 0
+            with contextlib.suppress(FileNotFoundError):  # archived: ingested already
+                while True:
+                    batch = read_journal(path, offset)
+                    out.update(a["hash"] for a in batch.artifacts)
+                    for step in batch.steps:
+                        out.update(_step_hashes(step))
+                    if batch.end_offset == offset:
+                        break
+                    offset = batch.end_offset
+        return out
+
+
+def _step_hashes(step: dict[str, Any]) -> Iterator[str]:
+    for o in step.get("outputs") or ():
+        if isinstance(o, dict) and isinstance(o.get("hash"), str):
+            yield o["hash"]
+    for value in (step.get("inputs") or {}).values():
+        for h in value if isinstance(value, list) else [value]:
+            if isinstance(h, str) and is_hash(h):
+                yield h
+
+
+def _age(arts: BaseArtifactStore, h: str, now: float) -> float:
+    try:
+        return now - arts.mtime(h)
+    except ArtifactNotFoundError:
+        return float("inf")
+
+
+def _size(arts: BaseArtifactStore, h: str) -> int:
+    try:
+        return arts.size(h)
+    except ArtifactNotFoundError:
+        return 0
 
 
 def _report_dropped(run_id: str, path: Path, dropped: list[tuple[int, bytes]]) -> None:

@@ -51,8 +51,9 @@ def list_runs(
     flt = RunFilter(name=name, status=RunStatus(status) if status else None, tags=tags,
                     top_level=not include_children, order_by_metric=sort_metric,
                     ascending=ascending, limit=limit)
-    records = ws.metadata.list_runs(flt)
-    latest = ws.metadata.latest_metrics([r.id for r in records])
+    reader = ws.reader
+    records = reader.list_runs(flt)
+    latest = reader.latest_metrics([r.id for r in records])
     return [run_dict(r, latest[r.id]) for r in records]
 
 
@@ -63,14 +64,14 @@ def short_run_ids(ws: Workspace, ids: list[str]) -> dict[str, str]:
 
     if not ids:
         return {}
-    every = ws.metadata.run_ids_around(min(ids), max(ids))
+    every = ws.reader.run_ids_around(min(ids), max(ids))
     short = shortest_unique_prefixes(every)
     return {i: short.get(i, i) for i in ids}
 
 
 def describe_run(ws: Workspace, run_id: str) -> dict[str, Any]:
     """One run in full: fields, params, tags, final metrics, artifacts, children."""
-    store = ws.metadata
+    store = ws.reader
     rec = store.get_run(run_id)
     latest = store.latest_metrics([rec.id])[rec.id]
     out = run_dict(rec, latest)

@@ -39,11 +39,12 @@ from reprise.train._trainer_data import _DataMixin
 from reprise.train._trainer_report import _ReportMixin
 from reprise.train._trainer_setup import _SetupMixin
 from reprise.train._trainer_state import _CheckpointMixin
+from reprise.train._trainer_validate import _ValidationMixin
 
 __all__ = ["Callback", "EarlyStopping", "Preempted", "TrainResult", "Trainer"]
 
 
-class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ReportMixin):
+class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _ReportMixin):
     """Train a ``torch.nn.Module``; resumable bit-for-bit, profiled, tracked.
 
     Args:
@@ -198,12 +199,6 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ReportMixin):
         self._epoch_rng = None
         self._resumed = False
         self._loss_values: list[float] = []
-
-    # -- set-up ----------------------------------------------------------------------------
-
-
-    # -- data ------------------------------------------------------------------------------
-
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -428,92 +423,3 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ReportMixin):
                       "gradients, or use bf16-mixed instead of 16-mixed)", logging.ERROR)
             return "nonfinite"
         return None
-
-
-    # -- validation ------------------------------------------------------------------------
-
-    def _validate_and_check(self) -> str | None:
-        metrics = self.validate()
-        self._report_to_trial(metrics)
-        if self.early_stopping is not None:
-            why = self.early_stopping.update(metrics)
-            if why is not None:
-                self._say(f"early stopping at step {self.global_step}: {why}")
-                return "early_stopping"
-        return None
-
-
-    def validate(self, data: Any = None) -> dict[str, float]:
-        """One pass over the validation data; metrics averaged by batch size.
-
-        Runs without gradients, in eval mode, and leaves every random generator
-        as it found it, so validating does not change the training that follows.
-        """
-        import torch
-
-        from reprise.train._checkpoint import capture_rng, restore_rng
-
-        if not self._ready:  # a baseline before any training
-            self._setup()
-        loader = self._loader(data, train=False) if data is not None else \
-            getattr(self, "val_loader", None)
-        if loader is None:
-            raise UserError("no validation data: pass val_data to fit() or data to validate()")
-        rng = capture_rng()
-        was_training = self.module.training
-        self.module.eval()
-        sums: dict[str, float] = {}
-        total = 0
-        try:
-            with torch.no_grad():
-                for index, batch in enumerate(loader):
-                    if self.device.type != "cpu":
-                        batch = _to_device(batch, self.device, True)
-                    n = _len_of(batch)
-                    with self._autocast():
-                        values = self._validation_values(batch)
-                    for k, v in values.items():
-                        sums[k] = sums.get(k, 0.0) + float(v) * n
-                    total += n
-                    for cb in self.callbacks:
-                        cb.on_validation_batch_end(self, index)
-        finally:
-            self.module.train(was_training)
-            restore_rng(rng)
-        metrics = {k: v / max(total, 1) for k, v in sums.items()}
-        if data is None:
-            self.validations.append({"step": self.global_step, **metrics})
-            self._log_metrics({f"val/{k.removeprefix('val_')}": v for k, v in metrics.items()})
-        for cb in self.callbacks:
-            cb.on_validation_end(self, metrics)
-        return metrics
-
-    def _validation_values(self, batch: Any) -> Mapping[str, Any]:
-        if self.validation_step is not None:
-            return self.validation_step(self.module, batch)
-        if self.training_step is not None and not self.metrics:
-            out = self.training_step(self.module, batch)
-            return {"val_loss": out["loss"] if isinstance(out, Mapping) else out}
-        if not isinstance(batch, list | tuple) or len(batch) < 2:
-            raise UserError("validation batches must be (inputs, target) tuples with loss=; "
-                            "or give validation_step=fn(model, batch) -> {name: value}")
-        out = self.module(*batch[:-1])
-        values: dict[str, Any] = {}
-        if self.loss_fn is not None:
-            values["val_loss"] = self.loss_fn(out, batch[-1])
-        for name, fn in self.metrics.items():
-            values[name] = fn(out, batch[-1])
-        return values
-
-    # -- checkpoints -----------------------------------------------------------------------
-
-
-    # -- SIGTERM ---------------------------------------------------------------------------
-
-
-    # -- determinism -----------------------------------------------------------------------
-
-
-    # -- summary ---------------------------------------------------------------------------
-
-

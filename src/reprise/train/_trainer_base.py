@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -56,6 +56,10 @@ class _TrainerBase:
 
     # configuration: the constructor's arguments, checked
     module: Any
+    loss_fn: Callable[..., Any] | None
+    training_step: Callable[[Any, Any], Any] | None
+    validation_step: Callable[[Any, Any], Mapping[str, Any]] | None
+    metrics: dict[str, Callable[[Any, Any], Any]]
     _optimizer_arg: Any
     _scheduler_arg: Any
     max_epochs: int | None
@@ -94,6 +98,8 @@ class _TrainerBase:
     rank: int
     world_size: int
     _quiet: bool
+    _ready: bool
+    _autocast: Callable[[], Any]
     _energy: Any
     _last_loss: float
     _t_data: float
@@ -112,6 +118,10 @@ class _TrainerBase:
         def _data_generators(self, loader: Any) -> list[Any]: ...
         def _seeded_sampler(self, loader: Any) -> Any: ...
         def _train_batch_size(self) -> int | None: ...
+        def _setup(self) -> None: ...
+        def _loader(self, data: Any, *, train: bool) -> Any: ...
+        def _log_metrics(self, values: dict[str, float]) -> None: ...
+        def _report_to_trial(self, metrics: Mapping[str, float]) -> None: ...
 
     def _say(self, message: str, level: int = logging.INFO) -> None:
         if self.rank != 0 or self._quiet:

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from reprise.core._orphan import exit_with_parent
 from reprise.core.errors import UserError
 from reprise.tune._trial import Objective, TrialOutcome, TrialTask, run_trial
 
@@ -69,7 +70,11 @@ class WorkerDied:
     exitcode: int | None
 
 
-def _worker_main(conn: Any, payload: bytes, sys_path: list[str], cwd: str) -> None:
+def _worker_main(conn: Any, payload: bytes, sys_path: list[str], cwd: str,
+                 parent_pid: int) -> None:
+    # A trial runs to its end before the worker reads its pipe again: without this, a
+    # killed tuner would leave workers computing (and then blocked) for a whole trial.
+    exit_with_parent(parent_pid)
     # Ctrl-C reaches the whole process group; the tuner decides what happens to workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for p in reversed(sys_path):
@@ -102,7 +107,7 @@ class _Worker:
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker_main, daemon=True,
                                 args=(child, payload, [p for p in sys.path if p],
-                                      os.getcwd()))
+                                      os.getcwd(), os.getpid()))
         self.proc.start()
         child.close()
         self.task: TrialTask | None = None
