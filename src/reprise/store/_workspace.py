@@ -19,17 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from reprise.core._config import Config, load_config
 from reprise.core._hashing import is_hash
-from reprise.core._types import RunStatus
 from reprise.core.errors import ArtifactNotFoundError
-from reprise.store._journal import (
-    SUFFIX,
-    cut_torn_tail,
-    event_line,
-    read_journal,
-    sweep_temp_journals,
-    try_lock,
-    write_whole,
-)
+from reprise.store._journal import SUFFIX, read_journal, try_lock
+from reprise.store._recovery import report_dropped
 
 if TYPE_CHECKING:
     from reprise.store._artifacts import BaseArtifactStore
@@ -176,7 +168,7 @@ class Workspace:
                 offset = store.journal_offset(run_id)  # someone else ingested; catch up
                 continue
             if batch.dropped:
-                _report_dropped(run_id, path, batch.dropped)
+                report_dropped(run_id, path, batch.dropped)
             offset = batch.end_offset
 
     def ingest_finished(self, run_ids: Iterable[str]) -> None:
@@ -202,7 +194,7 @@ class Workspace:
         for (run_id, _, batch), ok in zip(items, done, strict=True):
             path = self.journal_path(run_id)
             if ok and batch.dropped:
-                _report_dropped(run_id, path, batch.dropped)
+                report_dropped(run_id, path, batch.dropped)
             with try_lock(path) as fd:
                 if fd is None:  # a recovery holds it (and archives it) or has moved it
                     continue
@@ -222,64 +214,11 @@ class Workspace:
         """Ingest journals whose writer has died; mark their runs killed. Return run ids.
 
         Never fails the command that called it: a journal that cannot be recovered
-        now is reported (a warning) and left for the next command.
+        now is reported (a warning) and left for the next command (see ``_recovery``).
         """
-        recovered: list[str] = []
-        if not self.journals_dir.is_dir():
-            return recovered
-        for path in sorted(self.journals_dir.glob(f"*{SUFFIX}")):
-            try:
-                if self._recover_path(path):
-                    recovered.append(path.name[: -len(SUFFIX)])
-            except Exception as exc:  # the journal stays; the next command retries
-                _logger.warning("could not recover the run journal %s yet (%s: %s); it is kept "
-                                "and the next command retries", path, type(exc).__name__, exc)
-        with contextlib.suppress(OSError):
-            sweep_temp_journals(self.journals_dir)
-        return recovered
+        from reprise.store._recovery import recover
 
-    def _recover_path(self, path: Path) -> bool:
-        with try_lock(path) as fd:
-            if fd is None:  # a live run (catch its rows up so readers see it) or moved
-                with contextlib.suppress(FileNotFoundError):
-                    self.ingest_journal(path)
-                return False
-            return self._recover_one(path, fd)
-
-    def _recover_one(self, path: Path, fd: int) -> bool:
-        """Recover the journal of a dead writer; we hold its lock and it is at ``path``."""
-        run_id = path.name[: -len(SUFFIX)]
-        at, torn = cut_torn_tail(fd)
-        note = b""
-        if torn:
-            _logger.warning("run %s: dropped a torn last journal line (%d bytes at byte %d of "
-                            "%s: %r); every complete line is kept", run_id, len(torn), at,
-                            path, torn[:80])
-            note = event_line("T", {"reprise.journal.torn": f"{len(torn)} bytes at byte {at}"})
-        if read_journal(path, 0, max_bytes=1 << 20).header is None:
-            if os.fstat(fd).st_size:  # not a kill at start: say so before moving it aside
-                _logger.warning("run %s: journal %s has no readable header; moved to done/ "
-                                "without ingesting it", run_id, path)
-            self._archive(path)
-            return False
-        killed = self._has_no_end(path)
-        if killed:
-            note += ('S\t{"status":"%s","ended_at":%r,"error":"the process ended without '
-                     'closing the run (killed or crashed)"}\n'
-                     % (RunStatus.KILLED.value, time.time())).encode()
-        if note:
-            write_whole(fd, note, path)
-        self.ingest_journal(path)
-        if killed:
-            _logger.warning("run %s was killed; recovered its journal", run_id)
-        self._archive(path)
-        return killed
-
-    def _has_no_end(self, path: Path) -> bool:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - 65536))
-            tail = f.read()
-        return b"\nS\t" not in tail and not tail.startswith(b"S\t")
+        return recover(self)
 
     def _archive(self, path: Path) -> None:
         """Move a journal to ``done/``; the caller holds its lock (or is its writer)."""
@@ -424,13 +363,6 @@ def _size(arts: BaseArtifactStore, h: str) -> int:
         return arts.size(h)
     except ArtifactNotFoundError:
         return 0
-
-
-def _report_dropped(run_id: str, path: Path, dropped: list[tuple[int, bytes]]) -> None:
-    where = ", ".join(str(at) for at, _ in dropped[:10])
-    _logger.warning("run %s: dropped %d malformed journal line(s) in %s (at byte %s; first: "
-                    "%r), a write cut short by a crash or a full disk; the lines around them "
-                    "are kept", run_id, len(dropped), path, where, dropped[0][1][:80])
 
 
 def _identity(folder: Path) -> tuple[int, int] | None:
