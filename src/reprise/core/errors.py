@@ -28,6 +28,7 @@ for lookups (the habit httpx follows in ``httpx/_exceptions.py``)::
     │   └── GateFailedError                                a quality gate of an evaluation failed
     ├── StoreError
     │   ├── IntegrityError                  (ValueError)   a blob whose bytes do not match its hash
+    │   ├── JournalWriteError               (OSError)      a journal line not written whole (disk full)
     │   └── SchemaVersionError              (RuntimeError) database newer than this Reprise
     ├── TrialPruned                                        a tuning trial told to stop early
     └── ServingError                    (RuntimeError) a served model failed to load or warm up
@@ -47,6 +48,7 @@ __all__ = [
     "GateFailedError",
     "IntegrityError",
     "InvalidNameError",
+    "JournalWriteError",
     "MaterializerError",
     "MissingExtraError",
     "NoActiveRunError",
@@ -153,6 +155,10 @@ class GateFailedError(UserError):
 
 class StoreError(RepriseError):
     """The metadata or artifact store is in a state Reprise cannot work with."""
+
+
+class JournalWriteError(StoreError, OSError):
+    """A journal line could not be written whole (a full disk, an I/O error)."""
 
 
 class IntegrityError(StoreError, ValueError):

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from reprise.core._config import Config, load_config
 from reprise.core._hashing import is_hash
-from reprise.core._types import RunStatus
 from reprise.core.errors import ArtifactNotFoundError
 from reprise.store._journal import SUFFIX, read_journal, try_lock
+from reprise.store._recovery import report_dropped
 
 if TYPE_CHECKING:
     from reprise.store._artifacts import BaseArtifactStore
@@ -141,12 +141,24 @@ class Workspace:
         return self.journals_dir / f"{run_id}{SUFFIX}"
 
     def ingest_journal(self, path: Path, *, start: int | None = None) -> int:
-        """Ingest the complete lines of a journal into the database; return the new offset."""
+        """Ingest the complete lines of a journal into the database; return the new offset.
+
+        Idempotent: each batch applies only if the stored offset is where it starts, so
+        a journal ingested by two processes adds every line once. A journal archived
+        meanwhile (by its writer or a recovery, once fully ingested) is read in ``done/``.
+        """
         store = self.metadata
         run_id = path.name[: -len(SUFFIX)]
         offset = store.journal_offset(run_id) if start is None else start
         while True:
-            batch = read_journal(path, offset)
+            try:
+                batch = read_journal(path, offset)
+            except FileNotFoundError:
+                moved = self.journals_dir / "done" / path.name
+                if path == moved or not moved.exists():
+                    raise
+                path = moved
+                continue
             parent = (batch.header or {}).get("parent_id")
             if parent and offset == 0:
                 self._ingest_parent(str(parent))
@@ -155,6 +167,8 @@ class Workspace:
             if not store.ingest(run_id, offset, batch):
                 offset = store.journal_offset(run_id)  # someone else ingested; catch up
                 continue
+            if batch.dropped:
+                report_dropped(run_id, path, batch.dropped)
             offset = batch.end_offset
 
     def ingest_finished(self, run_ids: Iterable[str]) -> None:
@@ -177,12 +191,16 @@ class Workspace:
         for parent in sorted(parents - {i[0] for i in items}):
             self._ingest_parent(parent)
         done = self.metadata.ingest_many(items)
-        for (run_id, _, _), ok in zip(items, done, strict=True):
+        for (run_id, _, batch), ok in zip(items, done, strict=True):
             path = self.journal_path(run_id)
-            if not ok:
-                with contextlib.suppress(FileNotFoundError):
+            if ok and batch.dropped:
+                report_dropped(run_id, path, batch.dropped)
+            with try_lock(path) as fd:
+                if fd is None:  # a recovery holds it (and archives it) or has moved it
+                    continue
+                if not ok:
                     self.ingest_journal(path)
-            self._archive(path)
+                self._archive(path)
 
     def _ingest_parent(self, parent_id: str) -> None:
         """A child's row references its parent's: make sure the parent is in first."""
@@ -193,51 +211,25 @@ class Workspace:
                 return
 
     def recover(self) -> list[str]:
-        """Ingest journals whose writer has died; mark their runs killed. Return run ids."""
-        recovered: list[str] = []
-        if not self.journals_dir.is_dir():
-            return recovered
-        for path in sorted(self.journals_dir.glob(f"*{SUFFIX}")):
-            with try_lock(path) as fd:
-                if fd is None:  # a live run: catch its rows up so readers see it
-                    with contextlib.suppress(FileNotFoundError):
-                        self.ingest_journal(path)
-                    continue
-                if self._recover_one(path, fd):
-                    recovered.append(path.name[: -len(SUFFIX)])
-        return recovered
+        """Ingest journals whose writer has died; mark their runs killed. Return run ids.
 
-    def _recover_one(self, path: Path, fd: int) -> bool:
-        self.ingest_journal(path)
-        if read_journal(path, 0).header is None:  # an empty journal from a kill at start
-            self._archive(path)
-            return False
-        run_id = path.name[: -len(SUFFIX)]
-        killed = self._has_no_end(path)
-        if killed:
-            now = time.time()
-            line = ('S\t{"status":"%s","ended_at":%r,"error":"the process ended without '
-                    'closing the run (killed or crashed)"}\n' % (RunStatus.KILLED.value, now))
-            os.write(fd, line.encode())
-            self.ingest_journal(path)
-            _logger.warning("run %s was killed; recovered its journal", run_id)
-        self._archive(path)
-        return killed
+        Never fails the command that called it: a journal that cannot be recovered
+        now is reported (a warning) and left for the next command (see ``_recovery``).
+        """
+        from reprise.store._recovery import recover
 
-    def _has_no_end(self, path: Path) -> bool:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - 65536))
-            tail = f.read()
-        return b"\nS\t" not in tail and not tail.startswith(b"S\t")
+        return recover(self)
 
     def _archive(self, path: Path) -> None:
+        """Move a journal to ``done/``; the caller holds its lock (or is its writer)."""
         done = self.journals_dir / "done"
         done.mkdir(exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
             os.replace(path, done / path.name)
 
     def archive_journal(self, path: Path) -> None:
-        """Move a fully ingested journal out of the active folder."""
+        """Move a fully ingested journal out of the active folder; call it while holding
+        the journal's lock (a writer before closing), so no recovery reads it meanwhile."""
         self._archive(path)
 
     # -- maintenance -----------------------------------------------------------------

@@ -29,7 +29,7 @@ from reprise.core.errors import (
     ParamConflictError,
     RunFinishedError,
 )
-from reprise.store._journal import JournalWriter, check_key
+from reprise.store._journal import JournalWriter, check_key, event_line, finish_write
 from reprise.store._workspace import Workspace
 
 __all__ = ["Run"]
@@ -73,34 +73,37 @@ class Run:
         self._params: dict[str, Any] = {}
         self._steps: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._writer = JournalWriter(workspace.journal_path(self.id))
-        self._fd = self._writer._fd  # the hot path writes directly
+        # the journal appears with its header in it, already locked (see _journal)
+        self._writer = JournalWriter(workspace.journal_path(self.id),
+                                     self._header_lines(env, extra_header or {}))
+        self._fd, self._wlock = self._writer.fd, self._writer.lock  # for the hot path
         self._ingested = 0
         # defer_ingest: leave the whole journal for the next command that opens the
         # metadata store (it ingests finished journals first). A fully cached
         # pipeline run then never imports SQLAlchemy.
         self._defer_ingest = defer_ingest
-        self._start(env, extra_header or {})
         self._flusher = _Flusher(self, workspace.config.flush_interval)
         self._sampler, self._energy = _start_system(self, system_metrics_interval)
         if not defer_ingest:
             self._flusher.start()
 
     # -- lifecycle -------------------------------------------------------------------
-    def _start(self, env: tuple[str, dict[str, Any]] | None, extra: dict[str, Any]) -> None:
+    def _header_lines(self, env: tuple[str, dict[str, Any]] | None,
+                      extra: dict[str, Any]) -> bytes:
         header: dict[str, Any] = {
             "id": self.id, "name": self.name, "kind": self.kind.value,
             "parent_id": self.parent_id, "seed": self.seed, "started_at": time.time(),
             "host": socket.gethostname(), "user": _user(), "pid": os.getpid(), **extra,
         }
+        lines = b""
         if env is not None:
             env_hash, fp = env
-            self._writer.event("E", {"hash": env_hash, "fingerprint": fp})
+            lines = event_line("E", {"hash": env_hash, "fingerprint": fp})
             git = fp.get("git") or {}
             header.update(env_hash=env_hash, git_commit=git.get("commit"),
                           git_dirty=git.get("dirty"))
-        self._writer.event("R", header)
         self.started_at = header["started_at"]
+        return lines + event_line("R", header)
 
     def __enter__(self) -> Run:
         return self
@@ -131,10 +134,9 @@ class Run:
         if self._defer_ingest:
             self._writer.close()
             return
-        ingested = self._flush()
-        self._writer.close()
-        if ingested:
+        if self._flush():  # archive while still holding the lock: no recovery reads it
             self.workspace.archive_journal(self._writer.path)
+        self._writer.close()
 
     def _flush(self) -> bool:
         """Ingest what the journal holds; False (and a warning) if the database failed."""
@@ -160,6 +162,9 @@ class Run:
                    timestamp: float | None = None) -> None:
         """Append one metric point; durable against SIGKILL once this returns.
 
+        Raises :class:`~reprise.core.errors.JournalWriteError` (and records nothing)
+        when the journal cannot take the whole line, e.g. on a full disk.
+
         ``step`` defaults to one more than the key's last step (0 for the first).
         """
         if self.status is not RunStatus.RUNNING:
@@ -172,8 +177,15 @@ class Run:
         if step is None:
             step = last + 1
         steps[key] = step
-        os.write(self._fd, f"M\t{key}\t{int(step)}\t{float(value)!r}\t"
-                           f"{time.time() if timestamp is None else timestamp!r}\n".encode())
+        data = (f"M\t{key}\t{int(step)}\t{float(value)!r}\t"
+                f"{time.time() if timestamp is None else timestamp!r}\n".encode())
+        with self._wlock:  # JournalWriter.write, inlined: whole lines or JournalWriteError
+            try:
+                n = os.write(self._fd, data)
+            except OSError:
+                n = 0
+            if n != len(data):
+                finish_write(self._fd, data, n, self._writer.path)
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None,
                     timestamp: float | None = None) -> None:
