@@ -436,6 +436,7 @@ class LocalArtifactStore(BaseArtifactStore):
         folder of 20,000 small files costs a few disk flushes instead of two per file;
         a blob still only appears complete and durable under its name."""
         made: list[str] = []
+        needs_chmod: set[str] = set()  # copies and links; small files are staged read-only
         names = itertools.count()
         lease = self._lease()
         # temp names gc traces to this live process, unique without a syscall per file
@@ -450,10 +451,10 @@ class LocalArtifactStore(BaseArtifactStore):
             src = Path(path)
             before = src.stat()
             h = hash_file(src)
-            lease.pin([h])  # before the check: gc keeps a blob found present (see _claim)
             if self._present(self._blob(h), before.st_size):
                 return h, before.st_size, None
             made.append(tmp)
+            needs_chmod.add(tmp)
             try:
                 if not link:
                     raise OSError
@@ -469,11 +470,20 @@ class LocalArtifactStore(BaseArtifactStore):
         try:  # under gc's shared lock for the whole batch, as _claim is for one blob
             with self._writing(), _leases.gc_lock(self.root, exclusive=False):
                 if workers > 1 and len(paths) > 1:
+                    # a few chunks per thread rather than a future per file
+                    step = max(1, len(paths) // (workers * 4))
+                    chunks = [paths[i:i + step] for i in range(0, len(paths), step)]
                     with ThreadPoolExecutor(max_workers=workers) as pool:
-                        staged = list(pool.map(stage, paths))
+                        staged = [item for part in pool.map(
+                            lambda chunk: [stage(p) for p in chunk], chunks) for item in part]
                 else:
                     staged = [stage(p) for p in paths]
-                self._commit_many([(h, tmp) for h, _, tmp in staged if tmp is not None])
+                # Pinned once for the batch, still under gc's shared lock: no gc can delete
+                # between a blob found present above and this pin (its deleting phase takes
+                # the lock exclusively and reads the pins again)
+                lease.pin(h for h, _, _ in staged)
+                self._commit_many([(h, tmp) for h, _, tmp in staged if tmp is not None],
+                                  needs_chmod)
         finally:
             for tmp in made:
                 with contextlib.suppress(FileNotFoundError):
@@ -493,12 +503,12 @@ class LocalArtifactStore(BaseArtifactStore):
         if len(data) != before.st_size or after.st_mtime_ns != before.st_mtime_ns:
             raise StoreError(f"{src} changed while it was being stored; store it again.")
         h = hash_bytes(data)
-        self._lease().pin([h])  # before the check, as in put_files' stage
         if self._present(self._blob(h), len(data)):
             return h, len(data), None
         made.append(tmp)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
         try:
+            os.fchmod(fd, 0o444)  # whatever the umask, as _commit_many's chmod would
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
@@ -506,7 +516,7 @@ class LocalArtifactStore(BaseArtifactStore):
             os.close(fd)
         return h, len(data), tmp
 
-    def _commit_many(self, staged: list[tuple[str, str]]) -> None:
+    def _commit_many(self, staged: list[tuple[str, str]], needs_chmod: set[str]) -> None:
         if not staged:
             return
         sync_filesystem(self.root / "tmp")
@@ -516,7 +526,8 @@ class LocalArtifactStore(BaseArtifactStore):
             if target.parent not in folders:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 folders.add(target.parent)
-            os.chmod(tmp, 0o444)
+            if tmp in needs_chmod:
+                os.chmod(tmp, 0o444)
             os.replace(tmp, target)
         for folder in sorted(folders):
             fsync_dir(folder)
