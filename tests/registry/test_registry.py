@@ -12,7 +12,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import reprise
 from reprise.core.errors import NotFoundError, UserError
 from reprise.registry import (
     archive_model,
@@ -28,16 +27,6 @@ from reprise.registry import (
     rollback,
     verify_audit,
 )
-
-
-@pytest.fixture
-def ws(tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("REPRISE_STORE_URL", store_url)
-    monkeypatch.setenv("REPRISE_ACTOR", "tester")
-    monkeypatch.chdir(tmp_path)
-    w = reprise.init(tmp_path)
-    yield w
-    w.close()
 
 
 def pkg(c: float = 1.0, gates: bool | None = True) -> Any:

@@ -4,13 +4,11 @@ archive or delete an aliased version (with a foreign key behind it). On each bac
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-import reprise
 from reprise.core.errors import NotFoundError, UserError
 from reprise.registry import (
     archive_model,
@@ -24,16 +22,6 @@ from reprise.registry import (
     verify_audit,
 )
 from tests.registry.test_registry import pkg
-
-
-@pytest.fixture
-def ws(tmp_path: Path, store_url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.setenv("REPRISE_STORE_URL", store_url)
-    monkeypatch.setenv("REPRISE_ACTOR", "tester")
-    monkeypatch.chdir(tmp_path)
-    w = reprise.init(tmp_path)
-    yield w
-    w.close()
 
 
 def test_deleting_the_newest_version_never_hands_its_number_on(ws: Any) -> None:
