@@ -191,9 +191,10 @@ def _serve_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _fast_serve(argv: list[str]) -> int:
-    ns = vars(_serve_parser().parse_args(argv))
-    return serve_command(ns.pop("refs"), **ns)
+def _parsed(make_parser: Callable[[], argparse.ArgumentParser], command: Callable[..., int]
+            ) -> tuple[Callable[[], argparse.ArgumentParser], Callable[[list[str]], int]]:
+    """A parsers entry whose handler parses with ``make_parser`` and calls ``command``."""
+    return make_parser, partial(_listing.run_parsed, make_parser, command)
 
 
 def _fast_run(argv: list[str]) -> int:
@@ -223,19 +224,11 @@ parsers: dict[tuple[str, ...], tuple[Callable[[], argparse.ArgumentParser],
                                      Callable[[list[str]], int]]] = {
     ("run",): (_run_parser, _fast_run),
     ("data", "add"): (_data_add_parser, _fast_data_add),
-    ("serve",): (_serve_parser, _fast_serve),
-    ("runs", "list"): (_listing.runs_list_parser,
-                       partial(_listing.run_parsed, _listing.runs_list_parser,
-                               _listing.runs_list_command)),
-    ("runs", "show"): (_listing.runs_show_parser,
-                       partial(_listing.run_parsed, _listing.runs_show_parser,
-                               _listing.runs_show_command)),
-    ("data", "list"): (_listing.data_list_parser,
-                       partial(_listing.run_parsed, _listing.data_list_parser,
-                               _listing.data_list_command)),
-    ("models", "list"): (_listing.models_list_parser,
-                         partial(_listing.run_parsed, _listing.models_list_parser,
-                                 _listing.models_list_command)),
+    ("serve",): _parsed(_serve_parser, serve_command),
+    ("runs", "list"): _parsed(_listing.runs_list_parser, _listing.runs_list_command),
+    ("runs", "show"): _parsed(_listing.runs_show_parser, _listing.runs_show_command),
+    ("data", "list"): _parsed(_listing.data_list_parser, _listing.data_list_command),
+    ("models", "list"): _parsed(_listing.models_list_parser, _listing.models_list_command),
 }
 
 
