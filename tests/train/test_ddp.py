@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 
 from reprise.core.errors import UserError
 from reprise.train import launch
+from tests.train._procs import survivors
 
 JOB = Path(__file__).with_name("_ddp_job.py")
 ENV = {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
@@ -39,6 +40,7 @@ def test_killing_one_rank_then_resuming_matches_the_uninterrupted_run(tmp_path: 
     assert launch(JOB, [str(whole), "16"], nproc=2, env=ENV, timeout=240) == 0
     # rank 1 dies in epoch 1, after checkpoints at steps 4 and 8
     assert launch(JOB, [str(killed), "16", "1", "11"], nproc=2, env=ENV, timeout=240) != 0
+    assert survivors(killed) == []  # rank 0, blocked in a collective, went too
     assert not (killed / "final.safetensors").exists()
     assert any(p.name.startswith("ckpt-") for p in (killed / "ckpt").iterdir())
     assert launch(JOB, [str(killed), "16"], nproc=2, env=ENV, timeout=240) == 0
