@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from reprise.core.errors import UserError
 from reprise.train._callbacks import Callback, EarlyStopping, Preempted, TrainResult
+from reprise.train._nonfinite import _NonFiniteMixin
 from reprise.train._trainer_base import (
     DEFAULT_CHECKPOINT_EVERY,
     PRECISIONS,
@@ -36,6 +37,7 @@ from reprise.train._trainer_base import (
     _to_device,
 )
 from reprise.train._trainer_data import _DataMixin
+from reprise.train._trainer_ranks import _RanksMixin
 from reprise.train._trainer_report import _ReportMixin
 from reprise.train._trainer_setup import _SetupMixin
 from reprise.train._trainer_state import _CheckpointMixin
@@ -44,7 +46,8 @@ from reprise.train._trainer_validate import _ValidationMixin
 __all__ = ["Callback", "EarlyStopping", "Preempted", "TrainResult", "Trainer"]
 
 
-class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _ReportMixin):
+class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _ReportMixin,
+              _RanksMixin, _NonFiniteMixin):
     """Train a ``torch.nn.Module``; resumable bit-for-bit, profiled, tracked.
 
     Args:
@@ -71,7 +74,11 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
             when validation data is given).
         early_stopping: an :class:`EarlyStopping`.
         stop_on_nonfinite: stop (and write no checkpoint) when the training
-            loss becomes NaN or infinite.
+            loss becomes NaN or infinite. Under DDP the ranks agree on it before
+            every optimizer step, so a NaN on one rank stops them all before it
+            reaches the (all-reduced) weights. Whatever this says, a checkpoint is
+            never written of weights holding NaN or ±inf: training stops with
+            ``"nonfinite"`` instead.
         device: ``"auto"`` (CUDA, then MPS, then CPU), or a device string.
         compile: wrap the model in ``torch.compile``.
         deterministic: seed everything (``seed``, default 0), turn on
@@ -84,8 +91,8 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
             one is also written at the end and on SIGTERM.
         keep_last: checkpoints kept.
         resume: None (start fresh), ``"auto"`` (the newest whole checkpoint in
-            ``checkpoint_dir``, or a fresh start when there is none) or a
-            checkpoint folder.
+            ``checkpoint_dir`` whose weights are finite, or a fresh start when
+            there is none) or a checkpoint folder.
         batch_size: batch size when ``fit`` is given a table or dataset rather
             than a DataLoader; ``"auto"`` finds the largest that fits (see
             :func:`reprise.train.find_batch_size`).
@@ -195,6 +202,7 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         self._owns_group = False
         self._quiet = False
         self._stop_signal = None
+        self._agreed_signal = False  # any rank signalled, agreed before the last step
         self._pending_losses: list[Any] = []
         self._epoch_rng = None
         self._resumed = False
@@ -247,7 +255,10 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
                 stopped = "nonfinite"  # in the steps since the last check
             last = None
             if stopped != "nonfinite" and self.checkpoints is not None:
-                last = self.save_checkpoint()
+                if self._check_weights() is not None:
+                    stopped = "nonfinite"
+                else:
+                    last = self.save_checkpoint()
             summary = self._summary(time.perf_counter() - t0, stopped)
             result = TrainResult(global_step=self.global_step, epoch=self.epoch, stopped=stopped,
                                  summary=summary, validations=list(self.validations),
@@ -295,6 +306,9 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
                 for cb in callbacks:
                     cb.on_batch_end(self)
                 if closes:
+                    reason = self._agree_before_step()
+                    if reason is not None:
+                        return reason
                     self._apply_step()
                     t_step = time.perf_counter()
                     self._interval_compute += t_step - t_done
@@ -307,6 +321,9 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
                 elif self._stop_signal is not None and self.world_size == 1:
                     self._preempt()
             if self.window:  # an epoch of unknown length ended inside a window
+                reason = self._agree_before_step()
+                if reason is not None:
+                    return reason
                 self._apply_step()
                 reason = self._after_step()
                 if reason is not None:
@@ -395,7 +412,7 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
                 and self.val_loader is not None:
             reason = self._validate_and_check()
         if reason is None and self.checkpoints is not None and step % self.checkpoint_every == 0:
-            reason = self._check_losses()
+            reason = self._check_losses() or self._check_weights()
             if reason is None:
                 self.save_checkpoint()
         if reason is None and self.max_steps is not None and step >= self.max_steps:
@@ -413,12 +430,17 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
 
         values = torch.stack([t.float() for t in self._pending_losses]).cpu()
         self._pending_losses.clear()
-        finite = torch.isfinite(values)
+        finite = bool(torch.isfinite(values).all())
         mean = float(values.mean())
         self._loss_values.append(mean)
         self._last_loss = mean
-        if self.stop_on_nonfinite and not bool(finite.all()):
-            self._say(f"training loss became {mean} near optimizer step {self.global_step}: "
+        if not self.stop_on_nonfinite:
+            return None
+        ranks = self._ranks_flagged(not finite)  # under DDP every rank gets the same answer
+        if ranks:
+            became = f"became {mean}" if not finite else "became non-finite"
+            where = f" on rank {', '.join(map(str, ranks))}" if self.world_size > 1 else ""
+            self._say(f"training loss {became}{where} near optimizer step {self.global_step}: "
                       "stopping without writing a checkpoint (lower the learning rate, clip "
                       "gradients, or use bf16-mixed instead of 16-mixed)", logging.ERROR)
             return "nonfinite"

@@ -26,15 +26,10 @@ class _CheckpointMixin(_TrainerBase):
     """Checkpoint state, save, resume and pre-emption for :class:`Trainer`."""
 
     def _signalled(self) -> bool:
+        """Was SIGTERM received (by any rank)? Called at every step boundary."""
         if self.world_size == 1:
             return self._stop_signal is not None
-        import torch
-        import torch.distributed as dist
-
-        flag = torch.tensor([1 if self._stop_signal is not None else 0], device=self.device
-                            if self.device.type == "cuda" else "cpu")
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+        return self._agreed_signal  # by every rank, before this step (_agree_before_step)
 
     def state(self, *, grads: bool | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
         """``(tensors, json_state)``: everything a checkpoint holds, no copies made."""
@@ -118,6 +113,7 @@ class _CheckpointMixin(_TrainerBase):
             raise UserError("no checkpoint_dir: set Trainer(checkpoint_dir=...) to checkpoint")
         if self.rank != 0 or self._quiet:
             return None
+        self._refuse_nonfinite_weights()
         tensors, doc = self.state()
         path: Path = self.checkpoints.save(self.global_step, tensors, doc)
         for cb in self.callbacks:
@@ -131,14 +127,16 @@ class _CheckpointMixin(_TrainerBase):
 
         mgr = self.checkpoints or CheckpointManager(Path(str(self.resume)).parent)
         if str(self.resume) == "auto":
-            path = mgr.latest()
-            if path is None:
-                self._say(f"resume='auto': no checkpoint in {self.checkpoint_dir}; starting "
-                          "fresh")
+            found = self._newest_finite_checkpoint(mgr)
+            if found is None:
+                self._say(f"resume='auto': no usable checkpoint in {self.checkpoint_dir}; "
+                          "starting fresh")
                 return None
+            path, tensors, doc = found
         else:
             path = Path(self.resume)
-        tensors, doc = mgr.load(path)
+            tensors, doc = mgr.load(path)
+            self._refuse_nonfinite_checkpoint(path, tensors)
         self._resumed = True
         self._pending_config = doc["config"]
         self.load_state(tensors, doc)
@@ -170,7 +168,8 @@ class _CheckpointMixin(_TrainerBase):
 
     def _preempt(self) -> None:
         path = None
-        if self.checkpoints is not None and self._check_losses() is None:
+        if self.checkpoints is not None and \
+                (self._check_losses() or self._check_weights()) is None:
             path = self.save_checkpoint()
         where = f"checkpoint {path}" if path else "no checkpoint_dir, nothing saved"
         self._say(f"SIGTERM: stopped at optimizer step {self.global_step} (epoch {self.epoch}, "
