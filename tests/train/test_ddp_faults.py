@@ -1,10 +1,16 @@
 """DDP under faults, with real torch.distributed (gloo) processes on the CPU: a NaN in
-one rank's batch stops every rank, no checkpoint holds NaN weights, and no process
-outlives the launch."""
+one rank's batch, a rank stalled while its peer is blocked in a collective, a launch
+that runs past its timeout (a rank SIGKILLed is in test_ddp.py). Every rank stops, no
+checkpoint holds NaN weights, and no process outlives the launch."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +19,7 @@ import torch
 
 from reprise.train import CheckpointManager, launch
 from reprise.train._nonfinite import nonfinite_in_checkpoint
-from tests.train._procs import survivors
+from tests.train._procs import gone, survivors
 
 JOB = Path(__file__).with_name("_ddp_fault_job.py")
 ENV = {"PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1"}
@@ -62,6 +68,52 @@ def test_a_nan_on_one_rank_stops_every_rank_and_no_checkpoint_holds_it(
         assert res["global_step"] == at - 1  # the step that saw the NaN was not taken
         assert res["finite"] and res["checkpoint"] is None
     assert checkpoints_without_nan(tmp_path, PARAMS) == expected
+    assert survivors(tmp_path) == []
+
+
+# -- item 9: a rank stalls, a launch times out (a rank SIGKILLed: test_ddp.py) -------------
+
+
+def test_a_rank_blocked_in_a_collective_exits_on_sigterm_within_seconds(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Rank 1 stalls in a callback; rank 0 waits in the next all-reduce, where no
+    Python signal handler runs. SIGTERM to rank 0 alone ends it within seconds (its
+    watchdog); torchrun then stops rank 1 the same way."""
+    timings: dict[str, float] = {}
+
+    def terminate_rank0() -> None:
+        deadline = time.monotonic() + 100
+        while not (tmp_path / "stalled-1").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)  # rank 0 reaches the collective and blocks there
+        pid = int((tmp_path / "pid-0").read_text())
+        t0 = time.monotonic()
+        os.kill(pid, signal.SIGTERM)
+        while not gone(pid) and time.monotonic() - t0 < 30:
+            time.sleep(0.05)
+        timings["rank0"] = time.monotonic() - t0
+
+    helper = threading.Thread(target=terminate_rank0)
+    helper.start()
+    code = run(tmp_path, fault="stall", rank=1, at=5, checkpoint_every=4)
+    helper.join()
+    assert code != 0
+    assert timings["rank0"] < 10, timings
+    assert "no progress for" in capfd.readouterr().err
+    assert survivors(tmp_path) == []
+    assert checkpoints_without_nan(tmp_path, PARAMS) == ["ckpt-000000004"]
+
+
+@pytest.mark.reliability
+def test_a_deaf_stalled_rank_is_killed_when_the_launch_times_out(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """The issue's hang with torchrun: rank 1 ignores SIGTERM and sleeps, rank 0 blocks
+    in a collective; launch(timeout=...) returns and leaves no worker behind."""
+    with pytest.raises(subprocess.TimeoutExpired):
+        run(tmp_path, timeout=45, grace=3, fault="stall-deaf", rank=1, at=5,
+            checkpoint_every=4)
+    assert (tmp_path / "stalled-1").exists()
+    assert "no progress for" in capfd.readouterr().err  # rank 0, by its watchdog
     assert survivors(tmp_path) == []
 
 

@@ -79,6 +79,9 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
             reaches the (all-reduced) weights. Whatever this says, a checkpoint is
             never written of weights holding NaN or ±inf: training stops with
             ``"nonfinite"`` instead.
+        ddp_timeout: seconds a collective may wait for the other ranks before it
+            fails (``init_process_group(timeout=...)``, when the Trainer creates
+            the group); default 600.
         device: ``"auto"`` (CUDA, then MPS, then CPU), or a device string.
         compile: wrap the model in ``torch.compile``.
         deterministic: seed everything (``seed``, default 0), turn on
@@ -114,6 +117,7 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
                  clip_grad_norm: float | None = None, clip_grad_value: float | None = None,
                  scheduler: Any = None, val_every: int | Literal["epoch"] | None = None,
                  early_stopping: EarlyStopping | None = None, stop_on_nonfinite: bool = True,
+                 ddp_timeout: float = 600.0,
                  device: Any = "auto", compile: bool = False, deterministic: bool = False,
                  seed: int | None = None, checkpoint_dir: str | os.PathLike[str] | None = None,
                  checkpoint_every: int | None = None, keep_last: int = 3,
@@ -158,6 +162,10 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         for name, value in clips:
             if value is not None and not (isinstance(value, int | float) and value > 0):
                 raise UserError(f"{name} must be a positive number; got {value!r}")
+        if isinstance(ddp_timeout, bool) or not isinstance(ddp_timeout, int | float) \
+                or not ddp_timeout > 0:
+            raise UserError(f"ddp_timeout must be a positive number of seconds; got "
+                            f"{ddp_timeout!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
                                  or not 0 <= seed < 2**32):
             raise UserError(f"seed must be an integer in [0, 2**32); got {seed!r}")
@@ -174,6 +182,7 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         self.val_every = val_every
         self.early_stopping = early_stopping
         self.stop_on_nonfinite = stop_on_nonfinite
+        self.ddp_timeout = float(ddp_timeout)
         self.device_arg, self.compile, self.deterministic = device, compile, deterministic
         self.seed = 0 if (seed is None and deterministic) else seed
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
@@ -203,6 +212,10 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         self._quiet = False
         self._stop_signal = None
         self._agreed_signal = False  # any rank signalled, agreed before the last step
+        self._watchdog: Any = None
+        self._beats = 0  # progress the SIGTERM watchdog watches, beyond the counters
+        self._writing_checkpoint = False
+        self._boundary_at = 0.0  # time.monotonic() of the last step boundary
         self._pending_losses: list[Any] = []
         self._epoch_rng = None
         self._resumed = False
@@ -271,6 +284,7 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
             return result
         finally:
             self._leave_group(finished)
+            self._stop_watchdog()
             if old_handler is not None:
                 signal.signal(signal.SIGTERM, old_handler)
             if self._energy is not None:

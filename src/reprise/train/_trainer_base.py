@@ -112,8 +112,13 @@ class _TrainerBase:
     _energy_mark: float
     _stop_signal: int | None
     _epoch_rng: tuple[int, list[Any]] | None  # (epoch, generator states)
-    # faults: cross-rank agreement, non-finite guards
+    # faults: cross-rank agreement, the SIGTERM watchdog, non-finite guards
+    ddp_timeout: float
     _agreed_signal: bool
+    _watchdog: Any
+    _beats: int
+    _writing_checkpoint: bool
+    _boundary_at: float
 
     if TYPE_CHECKING:  # implemented by the Trainer and its other mixins
         def _check_losses(self) -> str | None: ...

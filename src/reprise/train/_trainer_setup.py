@@ -69,7 +69,16 @@ class _SetupMixin(_TrainerBase):
         import torch.distributed as dist
 
         if not dist.is_initialized():
-            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+            from datetime import timedelta
+
+            if self.device.type == "cuda":  # NCCL's object collectives use the current device
+                import torch
+
+                torch.cuda.set_device(self.device)
+
+            # a collective waits this long for a peer, then fails (gloo's default is 30 min)
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo",
+                                    timeout=timedelta(seconds=self.ddp_timeout))
             self._owns_group = True
         if dist.get_world_size() != self.world_size:
             raise UserError(f"WORLD_SIZE={self.world_size} but the process group has "

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -27,6 +28,7 @@ class _CheckpointMixin(_TrainerBase):
 
     def _signalled(self) -> bool:
         """Was SIGTERM received (by any rank)? Called at every step boundary."""
+        self._boundary_at = time.monotonic()  # the SIGTERM watchdog's measure of a step
         if self.world_size == 1:
             return self._stop_signal is not None
         return self._agreed_signal  # by every rank, before this step (_agree_before_step)
@@ -114,8 +116,12 @@ class _CheckpointMixin(_TrainerBase):
         if self.rank != 0 or self._quiet:
             return None
         self._refuse_nonfinite_weights()
-        tensors, doc = self.state()
-        path: Path = self.checkpoints.save(self.global_step, tensors, doc)
+        self._writing_checkpoint = True  # the SIGTERM watchdog waits for it
+        try:
+            tensors, doc = self.state()
+            path: Path = self.checkpoints.save(self.global_step, tensors, doc)
+        finally:
+            self._writing_checkpoint = False
         for cb in self.callbacks:
             cb.on_checkpoint(cast("Trainer", self), path)
         return path
@@ -158,16 +164,32 @@ class _CheckpointMixin(_TrainerBase):
                             "Use the original settings, or start fresh with resume=None")
 
     def _install_sigterm(self) -> Any:
+        """Checkpoint at the next step on SIGTERM; a watchdog ends the process when the
+        training thread cannot get there (see :mod:`reprise.train._watchdog`)."""
         if threading.current_thread() is not threading.main_thread():
             return None
+        from reprise.train._watchdog import SigtermWatchdog
 
         def handler(signum: int, frame: Any) -> None:
             self._stop_signal = signum
 
-        return signal.signal(signal.SIGTERM, handler)
+        old = signal.signal(signal.SIGTERM, handler)
+        self._watchdog = SigtermWatchdog(
+            lambda: (self.samples_seen, self.global_step, self._beats),
+            busy=lambda: self._writing_checkpoint,
+            pace=lambda: (self.global_step, self._boundary_at),
+            label=f" (rank {self.rank})" if self.world_size > 1 else "")
+        self._watchdog.start()
+        return old
+
+    def _stop_watchdog(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.stop()
+            self._watchdog = None
 
     def _preempt(self) -> None:
         path = None
+        self._beats += 1  # the graceful stop is under way
         if self.checkpoints is not None and \
                 (self._check_losses() or self._check_weights()) is None:
             path = self.save_checkpoint()

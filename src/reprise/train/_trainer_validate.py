@@ -64,6 +64,7 @@ class _ValidationMixin(_TrainerBase):
                     for k, v in values.items():
                         sums[k] = sums.get(k, 0.0) + float(v) * n
                     total += n
+                    self._beats += 1
                     for cb in self.callbacks:
                         cb.on_validation_batch_end(cast("Trainer", self), index)
         finally:
