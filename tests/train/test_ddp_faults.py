@@ -1,7 +1,8 @@
 """DDP under faults, with real torch.distributed (gloo) processes on the CPU: a NaN in
 one rank's batch, a rank stalled while its peer is blocked in a collective, a launch
 that runs past its timeout (a rank SIGKILLed is in test_ddp.py). Every rank stops, no
-checkpoint holds NaN weights, and no process outlives the launch."""
+checkpoint holds NaN weights, and no process outlives the launch. Also what the ranks
+must agree on: validation metrics, ``batch_size="auto"`` and the summary's throughput."""
 
 from __future__ import annotations
 
@@ -115,6 +116,32 @@ def test_a_deaf_stalled_rank_is_killed_when_the_launch_times_out(
     assert (tmp_path / "stalled-1").exists()
     assert "no progress for" in capfd.readouterr().err  # rank 0, by its watchdog
     assert survivors(tmp_path) == []
+
+
+# -- item 11: what the ranks agree on ---------------------------------------------------------
+
+
+def test_validation_metrics_and_the_summary_count_every_rank(tmp_path: Path) -> None:
+    """Rank 0 validates rows 0-7 and rank 1 rows 8-31 (``row_mean`` is the mean row
+    index): both must report the mean over all 32 rows, weighted by samples (15.5; 3.5
+    on rank 0 alone). 256 rows × 3 epochs were trained, 384 on each rank: 768 in all."""
+    assert run(tmp_path, val=True) == 0
+    for rank in (0, 1):
+        res = result(tmp_path, rank)
+        assert [v["row_mean"] for v in res["validations"]] == [15.5, 15.5, 15.5]
+        summary = res["summary"]
+        assert summary["samples"] == 768
+        assert summary["samples_per_s"] == pytest.approx(768 / summary["seconds"])
+
+
+def test_auto_batch_size_is_the_same_on_every_rank(tmp_path: Path) -> None:
+    """Rank 0's memory budget fits a batch of 256, rank 1's 64: both take 64 (and, for a
+    target effective batch of 128, accumulate 2)."""
+    assert run(tmp_path, budgets=[100_000, 20_000], target=128) == 0
+    for rank in (0, 1):
+        summary = result(tmp_path, rank)["summary"]
+        assert (summary["batch_size"], summary["accumulate"]) == (64, 2)
+        assert summary["samples"] == 768
 
 
 def test_a_nan_checkpoint_is_found() -> None:

@@ -177,6 +177,11 @@ def choose_batch(trainer: Any, probe_loader: Any, *, n_samples: int | None,
                             memory_budget=memory_budget,
                             limit=min(MAX_BATCH, n_samples or MAX_BATCH))
     size, accumulate = int(found["batch_size"]), 1
+    agreed = trainer._agree_min(size)  # under DDP every rank must take the same batch
+    if agreed != size:
+        found["reason"] += (f"; {agreed} on every rank (the smallest any of the "
+                            f"{trainer.world_size} ranks fits)")
+        size = found["batch_size"] = agreed
     if target is not None:
         accumulate = math.ceil(target / size)
         size = math.ceil(target / accumulate)

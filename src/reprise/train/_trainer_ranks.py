@@ -9,15 +9,21 @@ collective. Agreed here:
   window (the gradients are all-reduced, so one rank's NaN would reach every
   rank's weights) and whether any rank was sent SIGTERM; one all-reduce of two
   flags, the one the SIGTERM check already made per step;
-- whether any rank's losses or weights are non-finite, before a checkpoint.
+- the validation metrics: sums weighted by samples, reduced over the ranks, so
+  early stopping and pruning see the same numbers everywhere;
+- ``batch_size="auto"``: the smallest batch any rank fits;
+- the summary's sample count and throughput: all ranks' samples over the
+  slowest rank's wall time.
 
 With one process every method is a no-op returning the local value.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from reprise.core.errors import UserError
 from reprise.train._trainer_base import _TrainerBase
 
 
@@ -72,3 +78,51 @@ class _RanksMixin(_TrainerBase):
         if any_bad:
             return self._check_losses() or "nonfinite"
         return None
+
+    def _agree_min(self, value: int) -> int:
+        """The smallest ``value`` over the ranks."""
+        if not self._distributed():
+            return value
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor([int(value)], dtype=torch.int64, device=self._collective_device())
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        return int(t.item())
+
+    def _reduce_validation(self, sums: Mapping[str, float], total: int
+                           ) -> tuple[dict[str, float], int]:
+        """Sample-weighted validation sums and the sample count, added over the ranks."""
+        if not self._distributed():
+            return dict(sums), total
+        import torch
+        import torch.distributed as dist
+
+        keys = sorted(sums)
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, (keys, total))
+        named = {tuple(k) for k, n in gathered if n}
+        if len(named) > 1:
+            raise UserError("validation produced different metrics on different ranks ("
+                            + "; ".join(f"rank {r}: {k}" for r, (k, _) in enumerate(gathered))
+                            + "); make validation_step return the same names on every rank")
+        keys = list(named.pop()) if named else keys
+        t = torch.tensor([float(total)] + [float(sums.get(k, 0.0)) for k in keys],
+                         dtype=torch.float64, device=self._collective_device())
+        dist.all_reduce(t)
+        values = t.tolist()
+        return dict(zip(keys, values[1:], strict=True)), int(values[0])
+
+    def _global_throughput(self, samples: int, wall: float) -> tuple[int, float]:
+        """All ranks' samples, and the slowest rank's wall time."""
+        if not self._distributed():
+            return samples, wall
+        import torch
+        import torch.distributed as dist
+
+        dev = self._collective_device()
+        n = torch.tensor([samples], dtype=torch.int64, device=dev)
+        w = torch.tensor([wall], dtype=torch.float64, device=dev)
+        dist.all_reduce(n)
+        dist.all_reduce(w, op=dist.ReduceOp.MAX)
+        return int(n.item()), float(w.item())

@@ -104,9 +104,10 @@ class _ReportMixin(_TrainerBase):
         self._check_losses()
         busy = self._t_data + self._t_compute
         steps = max(self.global_step, 1)
+        samples, wall = self._global_throughput(self.samples_seen, wall)  # all ranks, under DDP
         out: dict[str, Any] = {
             "stopped": stopped, "optimizer_steps": self.global_step, "epochs": self.epoch,
-            "samples": self.samples_seen, "seconds": wall,
+            "samples": samples, "seconds": wall,
             "device": str(self.device), "precision": self.precision,
             "batch_size": self._train_batch_size(), "accumulate": self.accumulate,
             "world_size": self.world_size,
@@ -114,7 +115,7 @@ class _ReportMixin(_TrainerBase):
         }
         if self.profile:
             out.update({
-                "samples_per_s": self.samples_seen / wall if wall > 0 else None,
+                "samples_per_s": samples / wall if wall > 0 else None,
                 "data_wait_fraction": self._t_data / busy if busy else 0.0,
                 "data_wait_seconds": self._t_data, "compute_seconds": self._t_compute,
                 "peak_mem_mb": self._peak_memory_mb(),

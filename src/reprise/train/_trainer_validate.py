@@ -37,6 +37,9 @@ class _ValidationMixin(_TrainerBase):
 
         Runs without gradients, in eval mode, and leaves every random generator
         as it found it, so validating does not change the training that follows.
+        Under DDP the sample-weighted sums are added over the ranks, so every
+        rank gets the same metrics (and early stopping the same decision): call
+        it on every rank, each with its own shard or all with the same data.
         """
         import torch
 
@@ -70,6 +73,7 @@ class _ValidationMixin(_TrainerBase):
         finally:
             self.module.train(was_training)
             restore_rng(rng)
+        sums, total = self._reduce_validation(sums, total)  # over the ranks, under DDP
         metrics = {k: v / max(total, 1) for k, v in sums.items()}
         if data is None:
             self.validations.append({"step": self.global_step, **metrics})
