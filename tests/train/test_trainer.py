@@ -132,6 +132,53 @@ def test_each_window_is_one_step_on_its_mean_loss(n: int, batch_size: int, accum
     torch.testing.assert_close(flat_params(t.module), flat_params(expected))
 
 
+def head_and_body() -> torch.nn.Sequential:
+    torch.manual_seed(1)
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+
+def head_only_sgd(model: torch.nn.Sequential) -> torch.optim.Optimizer:
+    return torch.optim.SGD(model[2].parameters(), lr=0.1, momentum=0.9)
+
+
+def hand_head_only(x: torch.Tensor, y: torch.Tensor, window: int, epochs: int,
+                   clip: float) -> torch.nn.Sequential:
+    """The plain PyTorch loop: the optimizer over the head only, the body still requiring
+    grad; zero_grad, the window's mean loss, clip the optimizer's parameters, step."""
+    model = head_and_body()
+    opt = head_only_sgd(model)
+    for _ in range(epochs):
+        for start in range(0, len(x), window):
+            opt.zero_grad()
+            F.mse_loss(model(x[start:start + window]), y[start:start + window]).backward()
+            torch.nn.utils.clip_grad_norm_(model[2].parameters(), clip)
+            opt.step()
+    return model
+
+
+@pytest.mark.parametrize(("batch_size", "accumulate"), [(32, 1), (8, 4)])
+def test_an_optimizer_over_part_of_the_model_matches_the_hand_loop(
+        batch_size: int, accumulate: int, caplog: pytest.LogCaptureFixture) -> None:
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(96, 6, generator=g), 5 * torch.randn(96, 1, generator=g)
+    model = head_and_body()
+    body = flat_params(model[0]).clone()
+    for p in model.parameters():  # gradients left from before fit() do not count either
+        p.grad = torch.full_like(p, 100.0)
+    t = Trainer(model, head_only_sgd(model), loss=F.mse_loss, device="cpu", accumulate=accumulate,
+                clip_grad_norm=0.5, max_epochs=2)
+    with caplog.at_level("INFO", logger="reprise.train"):
+        t.fit(DataLoader(TensorDataset(x, y), batch_size=batch_size))
+    assert t.global_step == 6
+    expected = hand_head_only(x, y, window=32, epochs=2, clip=0.5)
+    # 8 x 4 and 32 x 1 both equal the hand loop (so each other) to float32 rounding
+    torch.testing.assert_close(flat_params(model), flat_params(expected), rtol=0, atol=1e-6)
+    assert torch.equal(flat_params(model[0]), body)  # the body is not stepped
+    assert all(p.grad is None for p in model.parameters())  # nothing carried past the end
+    assert "2 parameter tensor(s) of the model require grad but are not in the optimizer" \
+        in caplog.text
+
+
 # -- schedule, clipping ---------------------------------------------------------------------
 
 

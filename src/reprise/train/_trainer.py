@@ -49,8 +49,10 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
 
     Args:
         model: the module to train (moved to the chosen device).
-        optimizer: a ``torch.optim.Optimizer`` over the model's parameters, or a
-            callable ``params -> Optimizer`` (called after the move to the device).
+        optimizer: a ``torch.optim.Optimizer`` over the model's parameters (all or
+            some), or a callable ``params -> Optimizer`` (called after the move to the
+            device). Gradients of parameters outside it are cleared at every step with
+            the optimizer's own and never normalised, clipped or applied.
         loss: ``loss(output, target)`` for batches ``(inputs, target)``; or give
             ``training_step(model, batch) -> loss tensor`` for any batch format.
         validation_step: ``(model, batch) -> {name: value}`` (averaged over the
@@ -64,7 +66,8 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
             loss is weighted by its size and the window's gradient divided by
             the window's sample count, so a short last window (or a short last
             batch) is normalised exactly.
-        clip_grad_norm, clip_grad_value: gradient clipping (after unscaling).
+        clip_grad_norm, clip_grad_value: gradient clipping (after unscaling and
+            normalising), over the optimizer's parameters: the norm is theirs alone.
         scheduler: an LR scheduler, or ``optimizer -> scheduler``; stepped
             after every optimizer step.
         val_every: validate every N optimizer steps, or ``"epoch"`` (default
@@ -186,6 +189,7 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         self.samples_seen = 0
         self.validations: list[dict[str, float]] = []
         self.optimizer: Any = None
+        self._outside_params: list[Any] = []
         self.scheduler: Any = None
         self.scaler: Any = None
         self.device: Any = None
@@ -231,6 +235,8 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         self._shard(self.train_loader)
         self.model = self._wrap()
         self.module.train()
+        if self.window == 0:  # no window in progress: no gradient from before fit() counts
+            self.module.zero_grad(set_to_none=True)
         old_handler = self._install_sigterm()
         from reprise.tracking._energy import EnergyMeter
 
@@ -363,20 +369,29 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         opt = self.optimizer
         if self.scaler is not None:
             self.scaler.unscale_(opt)
+        # normalising and clipping act on the optimizer's parameters, the ones stepped: a
+        # parameter outside it that still requires grad (a body left unfrozen under a
+        # head-only optimizer) has its gradient computed, never counted, and cleared below
+        params = [p for g in opt.param_groups for p in g["params"]]
         if self.accumulate > 1 and self.window_samples:
-            grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
+            grads = [p.grad for p in params if p.grad is not None]
             if grads:
                 torch._foreach_mul_(grads, 1.0 / self.window_samples)
         if self.clip_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.clip_grad_norm)
+            torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
         if self.clip_grad_value is not None:
-            torch.nn.utils.clip_grad_value_(self.module.parameters(), self.clip_grad_value)
+            torch.nn.utils.clip_grad_value_(params, self.clip_grad_value)
         if self.scaler is not None:
             self.scaler.step(opt)
             self.scaler.update()
         else:
             opt.step()
+        # every gradient the model accumulated, not only the optimizer's: the next window
+        # starts from zero everywhere (the others are listed once, at set-up, since
+        # module.zero_grad walks the whole module tree: 4x opt.zero_grad's time per step)
         opt.zero_grad(set_to_none=True)
+        for p in self._outside_params:
+            p.grad = None
         if self.scheduler is not None:
             self.scheduler.step()
         self.window = self.window_samples = 0

@@ -91,6 +91,7 @@ class _TrainerBase:
     _loss_values: list[float]
     # built by set-up and fit
     optimizer: Any
+    _outside_params: list[Any]  # the model's parameters the optimizer does not step
     scheduler: Any
     scaler: Any
     device: Any
