@@ -32,3 +32,15 @@ def test_the_script_gets_its_arguments_untouched(tmp_path: Path, nproc: int,
     assert sorted(p.name for p in out.iterdir()) == [f"rank{r}.json" for r in ranks]
     for r in ranks:
         assert json.loads((out / f"rank{r}.json").read_text()) == SCRIPT_ARGS
+
+
+def test_resume_allow_data_change_reaches_the_trainer_through_the_environment(
+        tmp_path: Path) -> None:
+    from tests.pipeline.test_pipelines import cli
+
+    script = tmp_path / "env.py"
+    script.write_text("import os, sys\n"
+                      "print(repr(os.environ.get('REPRISE_RESUME_ALLOW_DATA_CHANGE')))\n")
+    assert cli(tmp_path, "train", str(script)).stdout.strip() == "None"
+    allowed = cli(tmp_path, "train", "--resume-allow-data-change", str(script))
+    assert allowed.stdout.strip() == "'1'"  # what the Trainer reads (test_trainer.py)

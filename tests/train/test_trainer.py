@@ -7,6 +7,7 @@ resuming it bit for bit is in test_resume.py.)"""
 from __future__ import annotations
 
 import copy
+import json
 import os
 import random
 import signal
@@ -585,6 +586,68 @@ def test_resuming_with_another_batch_size_is_refused(tmp_path: Path) -> None:
         again.fit(loader(64, 16))
 
 
+def table_of(n: int, shift: float = 0.0) -> pa.Table:
+    x, y = regression(n)
+    x = x + shift
+    return pa.table({**{f"x{i}": x[:, i].numpy() for i in range(4)}, "y": y[:, 0].numpy()})
+
+
+def table_trainer(folder: Path, **kw: Any) -> Trainer:
+    return trainer(loss=lambda out, y: F.mse_loss(out[:, 0], y), label="y", batch_size=16,
+                   checkpoint_dir=folder, resume="auto", **kw)
+
+
+def tensor_loader(x: torch.Tensor, y: torch.Tensor) -> DataLoader[Any]:
+    return DataLoader(TensorDataset(x, y[:, 0]), batch_size=16)
+
+
+@pytest.mark.parametrize(("before", "after", "change"), [
+    (lambda: table_of(64), lambda: table_of(80), r"\(64 → 80 samples, content fingerprint"),
+    (lambda: table_of(64), lambda: table_of(64, shift=1.0),
+     r"\(content fingerprint [0-9a-f]{12} → [0-9a-f]{12}\)"),
+    (lambda: tensor_loader(*regression(64)), lambda: tensor_loader(*regression(80)),
+     r"\(64 → 80 samples, content"),
+    (lambda: tensor_loader(*regression(64)), lambda: tensor_loader(*regression(64, seed=1)),
+     r"\(content fingerprint"),
+], ids=["longer table", "table, same length", "longer TensorDataset",
+        "TensorDataset, same length"])
+def test_resuming_on_changed_data_is_refused_unless_allowed(
+        tmp_path: Path, before: Any, after: Any, change: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    table_trainer(tmp_path, max_steps=2).fit(before())
+    # the checkpoint records the data: 64 samples and the BLAKE3 of their content
+    record = json.loads((tmp_path / "ckpt-000000002" / "state.json").read_text())["state"]["data"]
+    assert record["samples"] == 64 and len(record["fingerprint"]) == 64
+    with pytest.raises(UserError, match="training data changed since the checkpoint was "
+                                        f"written {change}.*resume_allow_data_change=True"):
+        table_trainer(tmp_path, max_steps=4).fit(after())
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt-000000002"]  # nothing written
+    result = table_trainer(tmp_path, max_steps=4, resume_allow_data_change=True).fit(after())
+    assert result.resumed_from is not None and result.global_step == 4
+    monkeypatch.setenv("REPRISE_RESUME_ALLOW_DATA_CHANGE", "1")  # reprise train's flag
+    result = table_trainer(tmp_path, max_steps=6).fit(after())
+    assert result.resumed_from is not None and result.global_step == 6
+
+
+def test_resuming_on_a_changed_parquet_stream_is_refused(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from reprise.data import make_loader
+
+    path = tmp_path / "train.parquet"
+    pq.write_table(table_of(64), path, row_group_size=16)
+    stream = lambda: make_loader(path, batch_size=16, label="y", streaming=True)  # noqa: E731
+    table_trainer(tmp_path / "ckpt", max_steps=2).fit(stream())
+    pq.write_table(table_of(80), path, row_group_size=16)
+    with pytest.raises(UserError, match=r"\(64 → 80 samples, content fingerprint"):
+        table_trainer(tmp_path / "ckpt", max_steps=4).fit(stream())
+
+
+def test_resuming_on_the_same_data_in_a_new_table_is_accepted(tmp_path: Path) -> None:
+    table_trainer(tmp_path, max_steps=2).fit(table_of(64))
+    assert table_trainer(tmp_path, max_steps=4).fit(table_of(64)).global_step == 4
+
+
 def test_resuming_from_a_damaged_checkpoint_is_refused(tmp_path: Path) -> None:
     path = Path(str(trainer(max_steps=2, checkpoint_dir=tmp_path).fit(loader()).checkpoint))
     tensors = path / "tensors.safetensors"
@@ -654,6 +717,7 @@ def test_check_determinism_needs_positive_steps() -> None:
     ({"clip_grad_value": -1.0}, "clip_grad_value must be a positive number"),
     ({"seed": -1}, r"seed must be an integer in \[0, 2\*\*32\)"),
     ({"seed": 2**32}, r"seed must be an integer in \[0, 2\*\*32\)"),
+    ({"resume_allow_data_change": "yes"}, "resume_allow_data_change must be True or False"),
 ], ids=lambda v: str(v) if isinstance(v, dict) else "")
 def test_bad_arguments_are_refused_at_construction(kw: dict[str, Any], match: str) -> None:
     with pytest.raises(UserError, match=match):

@@ -88,7 +88,11 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         keep_last: checkpoints kept.
         resume: None (start fresh), ``"auto"`` (the newest whole checkpoint in
             ``checkpoint_dir``, or a fresh start when there is none) or a
-            checkpoint folder.
+            checkpoint folder. A checkpoint records the training data's sample count
+            and, for reprise tables and streams and ``TensorDataset``, a BLAKE3
+            fingerprint of its content; resuming on data that differs is refused.
+        resume_allow_data_change: resume even though the data changed (also set by
+            ``reprise train --resume-allow-data-change``).
         batch_size: batch size when ``fit`` is given a table or dataset rather
             than a DataLoader; ``"auto"`` finds the largest that fits (see
             :func:`reprise.train.find_batch_size`).
@@ -114,6 +118,7 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
                  seed: int | None = None, checkpoint_dir: str | os.PathLike[str] | None = None,
                  checkpoint_every: int | None = None, keep_last: int = 3,
                  resume: str | os.PathLike[str] | None = None,
+                 resume_allow_data_change: bool = False,
                  batch_size: int | Literal["auto"] = 32, target_batch_size: int | None = None,
                  memory_budget: int | None = None, label: str | None = None,
                  columns: Sequence[str] | None = None, num_workers: int = 0,
@@ -154,6 +159,9 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         for name, value in clips:
             if value is not None and not (isinstance(value, int | float) and value > 0):
                 raise UserError(f"{name} must be a positive number; got {value!r}")
+        if not isinstance(resume_allow_data_change, bool):
+            raise UserError("resume_allow_data_change must be True or False; got "
+                            f"{resume_allow_data_change!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
                                  or not 0 <= seed < 2**32):
             raise UserError(f"seed must be an integer in [0, 2**32); got {seed!r}")
@@ -175,6 +183,7 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.checkpoint_every = checkpoint_every or DEFAULT_CHECKPOINT_EVERY
         self.keep_last, self.resume = keep_last, resume
+        self.resume_allow_data_change = resume_allow_data_change
         self.batch_size, self.target_batch_size = batch_size, target_batch_size
         self.memory_budget = memory_budget
         self.label, self.columns, self.num_workers = label, columns, num_workers
@@ -201,6 +210,7 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         self._stop_signal = None
         self._pending_losses: list[Any] = []
         self._epoch_rng = None
+        self._data_record_cache = None
         self._resumed = False
         self._loss_values: list[float] = []
 
