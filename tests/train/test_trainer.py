@@ -254,6 +254,25 @@ def test_mixed_precision_runs_on_cpu_and_lowers_the_loss(precision: str,
         assert F.mse_loss(t.module(x), y).item() < 0.5 * before
 
 
+def test_under_bf16_mixed_matmuls_are_bf16_and_losses_weights_and_gradients_float32() -> None:
+    dtypes: dict[str, torch.dtype] = {}
+
+    class Grads(Callback):
+        def on_batch_end(self, trainer: Trainer) -> None:
+            dtypes["grad"] = trainer.module.weight.grad.dtype
+
+    def step(model: Any, batch: Any) -> torch.Tensor:
+        out = model(batch[0])
+        loss = F.mse_loss(out, batch[1])
+        dtypes.update(out=out.dtype, loss=loss.dtype, weight=model.weight.dtype)
+        return loss
+
+    Trainer(linear(), sgd(), training_step=step, device="cpu", precision="bf16-mixed",
+            max_steps=1, callbacks=[Grads()]).fit(loader(16, 16))
+    assert dtypes == {"out": torch.bfloat16, "loss": torch.float32, "weight": torch.float32,
+                      "grad": torch.float32}
+
+
 @pytest.mark.parametrize("precision", ["16", "fp16", "bf16", 32])
 def test_an_unknown_precision_is_refused(precision: Any) -> None:
     with pytest.raises(UserError, match="precision must be one of"):
@@ -646,6 +665,8 @@ def test_resuming_on_a_changed_parquet_stream_is_refused(tmp_path: Path) -> None
 def test_resuming_on_the_same_data_in_a_new_table_is_accepted(tmp_path: Path) -> None:
     table_trainer(tmp_path, max_steps=2).fit(table_of(64))
     assert table_trainer(tmp_path, max_steps=4).fit(table_of(64)).global_step == 4
+    with pytest.raises(UserError, match="drop_last False → True"):  # another epoch length
+        table_trainer(tmp_path, max_steps=6, drop_last=True).fit(table_of(64))
 
 
 def test_resuming_from_a_damaged_checkpoint_is_refused(tmp_path: Path) -> None:

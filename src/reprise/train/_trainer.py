@@ -61,7 +61,11 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         max_epochs, max_steps: stop at whichever comes first (steps count
             optimizer steps); ``max_epochs`` defaults to 1 when neither is given.
         precision: ``"32"``, ``"bf16-mixed"`` (``torch.autocast`` in bfloat16)
-            or ``"16-mixed"`` (float16 with a ``GradScaler``).
+            or ``"16-mixed"`` (float16 with a ``GradScaler``). The forward pass, the
+            loss and validation run under autocast: matrix products and convolutions
+            in 16 bits, and the ops after them that autocast leaves alone; losses
+            (and on CUDA softmax, norms and reductions) in float32; parameters,
+            gradients and the optimizer in float32 (README, "Precision").
         accumulate: micro-batches per optimizer step. Each micro-batch's mean
             loss is weighted by its size and the window's gradient divided by
             the window's sample count, so a short last window (or a short last
@@ -100,6 +104,13 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
             that batch × accumulate stays at this effective batch.
         label, columns, num_workers: how a table or dataset becomes a loader
             (:func:`reprise.make_loader`).
+        drop_last: train only on whole batches. Under DDP every rank takes the same
+            number of samples, so by default an epoch that does not divide evenly is
+            padded with a few of its first samples, trained on twice (as
+            ``DistributedSampler`` does); with ``drop_last`` no sample is repeated and
+            the few that do not fill a whole batch on every rank are left out (other
+            ones each epoch when shuffling). For a table or dataset; a DataLoader of
+            your own sets this itself.
         log_every: optimizer steps between metric points.
         profile: time data wait vs compute, samples/s, memory and energy.
         callbacks: :class:`Callback` instances.
@@ -122,6 +133,7 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
                  batch_size: int | Literal["auto"] = 32, target_batch_size: int | None = None,
                  memory_budget: int | None = None, label: str | None = None,
                  columns: Sequence[str] | None = None, num_workers: int = 0,
+                 drop_last: bool = False,
                  log_every: int = 50, profile: bool = True,
                  callbacks: Sequence[Callback] = ()) -> None:
         if loss is None and training_step is None:
@@ -159,6 +171,8 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         for name, value in clips:
             if value is not None and not (isinstance(value, int | float) and value > 0):
                 raise UserError(f"{name} must be a positive number; got {value!r}")
+        if not isinstance(drop_last, bool):
+            raise UserError(f"drop_last must be True or False; got {drop_last!r}")
         if not isinstance(resume_allow_data_change, bool):
             raise UserError("resume_allow_data_change must be True or False; got "
                             f"{resume_allow_data_change!r}")
@@ -187,6 +201,7 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         self.batch_size, self.target_batch_size = batch_size, target_batch_size
         self.memory_budget = memory_budget
         self.label, self.columns, self.num_workers = label, columns, num_workers
+        self.drop_last = drop_last
         self.log_every, self.profile = log_every, profile
         self.callbacks = list(callbacks)
         # counters: what a checkpoint must restore

@@ -80,6 +80,7 @@ class _TrainerBase:
     label: str | None
     columns: Sequence[str] | None
     num_workers: int
+    drop_last: bool
     profile: bool
     callbacks: list[Callback]
     # progress: what a checkpoint restores

@@ -26,6 +26,10 @@ class _DataMixin(_TrainerBase):
             if train and data is not None and self.batch_size == "auto":
                 raise UserError("batch_size='auto' needs a table or dataset, not a DataLoader "
                                 "(the Trainer builds the loader with the size it finds)")
+            if train and data is not None and self.drop_last:
+                raise UserError("drop_last=True applies to the loader the Trainer builds from "
+                                "a table or dataset; for your own DataLoader pass drop_last to "
+                                "it (and to its DistributedSampler under DDP)")
             return data
         if isinstance(data, Sequence) and not hasattr(data, "to_arrow"):
             raise UserError(f"cannot train on a {type(data).__name__}: give a DataLoader, a "
@@ -38,7 +42,7 @@ class _DataMixin(_TrainerBase):
         return make_loader(data, batch_size=int(size), label=self.label, columns=self.columns,
                            shuffle=train, seed=self.seed or 0, num_workers=self.num_workers,
                            num_replicas=self.world_size if train else 1,
-                           rank=self.rank if train else 0)
+                           rank=self.rank if train else 0, drop_last=self.drop_last and train)
 
     def _auto_batch(self, data: Any) -> int:
         from reprise.data._loader import make_loader

@@ -69,7 +69,8 @@ class _CheckpointMixin(_TrainerBase):
         doc["sampler"] = sampler.state_dict() if sampler is not None else None
         doc["validations"] = self.validations
         doc["config"] = {"batch_size": self._train_batch_size(), "accumulate": self.accumulate,
-                         "world_size": self.world_size, "precision": self.precision}
+                         "world_size": self.world_size, "precision": self.precision,
+                         "drop_last": self.drop_last}
         doc["data"] = self._data_record()
         return tensors, doc
 
@@ -157,7 +158,7 @@ class _CheckpointMixin(_TrainerBase):
         if not cfg:
             return
         now = {"batch_size": self._train_batch_size(), "accumulate": self.accumulate,
-               "world_size": self.world_size}
+               "world_size": self.world_size, "drop_last": self.drop_last}
         diff = [f"{k} {cfg.get(k)} → {v}" for k, v in now.items()
                 if cfg.get(k) is not None and v is not None and cfg.get(k) != v]
         if diff:
