@@ -152,6 +152,19 @@ def test_drop_last_and_ddp_shards(table: pa.Table) -> None:
     assert sorted(shards[0] + shards[1]) == list(range(N))
 
 
+@pytest.mark.parametrize(("replicas", "batch"), [(2, 64), (7, 65)])
+def test_drop_last_shards_repeat_no_sample(table: pa.Table, replicas: int, batch: int) -> None:
+    # 5,000 rows on 7 ranks: 715 each once padded with 5 repeats, 11 whole batches of 65;
+    # drop_last keeps 714 distinct rows a rank, 10 whole batches
+    shards = [_ids(make_loader(table, batch_size=batch, num_replicas=replicas, rank=r,
+                               drop_last=True)) for r in range(replicas)]
+    flat = [i for shard in shards for i in shard]
+    assert len(flat) == len(set(flat)) == N // (batch * replicas) * batch * replicas
+    padded = [_ids(make_loader(table, batch_size=batch, num_replicas=replicas, rank=r))
+              for r in range(replicas)]
+    assert sum(map(len, padded)) - len({i for s in padded for i in s}) == -N % replicas
+
+
 def test_pandas_parquet_and_dataset_sources(table: pa.Table, parquet: Path) -> None:
     expected = _ids(make_loader(table, batch_size=128, seed=4))
 

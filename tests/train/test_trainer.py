@@ -7,6 +7,7 @@ resuming it bit for bit is in test_resume.py.)"""
 from __future__ import annotations
 
 import copy
+import json
 import os
 import random
 import signal
@@ -132,6 +133,53 @@ def test_each_window_is_one_step_on_its_mean_loss(n: int, batch_size: int, accum
     torch.testing.assert_close(flat_params(t.module), flat_params(expected))
 
 
+def head_and_body() -> torch.nn.Sequential:
+    torch.manual_seed(1)
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+
+def head_only_sgd(model: torch.nn.Sequential) -> torch.optim.Optimizer:
+    return torch.optim.SGD(model[2].parameters(), lr=0.1, momentum=0.9)
+
+
+def hand_head_only(x: torch.Tensor, y: torch.Tensor, window: int, epochs: int,
+                   clip: float) -> torch.nn.Sequential:
+    """The plain PyTorch loop: the optimizer over the head only, the body still requiring
+    grad; zero_grad, the window's mean loss, clip the optimizer's parameters, step."""
+    model = head_and_body()
+    opt = head_only_sgd(model)
+    for _ in range(epochs):
+        for start in range(0, len(x), window):
+            opt.zero_grad()
+            F.mse_loss(model(x[start:start + window]), y[start:start + window]).backward()
+            torch.nn.utils.clip_grad_norm_(model[2].parameters(), clip)
+            opt.step()
+    return model
+
+
+@pytest.mark.parametrize(("batch_size", "accumulate"), [(32, 1), (8, 4)])
+def test_an_optimizer_over_part_of_the_model_matches_the_hand_loop(
+        batch_size: int, accumulate: int, caplog: pytest.LogCaptureFixture) -> None:
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(96, 6, generator=g), 5 * torch.randn(96, 1, generator=g)
+    model = head_and_body()
+    body = flat_params(model[0]).clone()
+    for p in model.parameters():  # gradients left from before fit() do not count either
+        p.grad = torch.full_like(p, 100.0)
+    t = Trainer(model, head_only_sgd(model), loss=F.mse_loss, device="cpu", accumulate=accumulate,
+                clip_grad_norm=0.5, max_epochs=2)
+    with caplog.at_level("INFO", logger="reprise.train"):
+        t.fit(DataLoader(TensorDataset(x, y), batch_size=batch_size))
+    assert t.global_step == 6
+    expected = hand_head_only(x, y, window=32, epochs=2, clip=0.5)
+    # 8 x 4 and 32 x 1 both equal the hand loop (so each other) to float32 rounding
+    torch.testing.assert_close(flat_params(model), flat_params(expected), rtol=0, atol=1e-6)
+    assert torch.equal(flat_params(model[0]), body)  # the body is not stepped
+    assert all(p.grad is None for p in model.parameters())  # nothing carried past the end
+    assert "2 parameter tensor(s) of the model require grad but are not in the optimizer" \
+        in caplog.text
+
+
 # -- schedule, clipping ---------------------------------------------------------------------
 
 
@@ -204,6 +252,25 @@ def test_mixed_precision_runs_on_cpu_and_lowers_the_loss(precision: str,
     assert result.summary["precision"] == precision
     with torch.no_grad():
         assert F.mse_loss(t.module(x), y).item() < 0.5 * before
+
+
+def test_under_bf16_mixed_matmuls_are_bf16_and_losses_weights_and_gradients_float32() -> None:
+    dtypes: dict[str, torch.dtype] = {}
+
+    class Grads(Callback):
+        def on_batch_end(self, trainer: Trainer) -> None:
+            dtypes["grad"] = trainer.module.weight.grad.dtype
+
+    def step(model: Any, batch: Any) -> torch.Tensor:
+        out = model(batch[0])
+        loss = F.mse_loss(out, batch[1])
+        dtypes.update(out=out.dtype, loss=loss.dtype, weight=model.weight.dtype)
+        return loss
+
+    Trainer(linear(), sgd(), training_step=step, device="cpu", precision="bf16-mixed",
+            max_steps=1, callbacks=[Grads()]).fit(loader(16, 16))
+    assert dtypes == {"out": torch.bfloat16, "loss": torch.float32, "weight": torch.float32,
+                      "grad": torch.float32}
 
 
 @pytest.mark.parametrize("precision", ["16", "fp16", "bf16", 32])
@@ -538,6 +605,70 @@ def test_resuming_with_another_batch_size_is_refused(tmp_path: Path) -> None:
         again.fit(loader(64, 16))
 
 
+def table_of(n: int, shift: float = 0.0) -> pa.Table:
+    x, y = regression(n)
+    x = x + shift
+    return pa.table({**{f"x{i}": x[:, i].numpy() for i in range(4)}, "y": y[:, 0].numpy()})
+
+
+def table_trainer(folder: Path, **kw: Any) -> Trainer:
+    return trainer(loss=lambda out, y: F.mse_loss(out[:, 0], y), label="y", batch_size=16,
+                   checkpoint_dir=folder, resume="auto", **kw)
+
+
+def tensor_loader(x: torch.Tensor, y: torch.Tensor) -> DataLoader[Any]:
+    return DataLoader(TensorDataset(x, y[:, 0]), batch_size=16)
+
+
+@pytest.mark.parametrize(("before", "after", "change"), [
+    (lambda: table_of(64), lambda: table_of(80), r"\(64 → 80 samples, content fingerprint"),
+    (lambda: table_of(64), lambda: table_of(64, shift=1.0),
+     r"\(content fingerprint [0-9a-f]{12} → [0-9a-f]{12}\)"),
+    (lambda: tensor_loader(*regression(64)), lambda: tensor_loader(*regression(80)),
+     r"\(64 → 80 samples, content"),
+    (lambda: tensor_loader(*regression(64)), lambda: tensor_loader(*regression(64, seed=1)),
+     r"\(content fingerprint"),
+], ids=["longer table", "table, same length", "longer TensorDataset",
+        "TensorDataset, same length"])
+def test_resuming_on_changed_data_is_refused_unless_allowed(
+        tmp_path: Path, before: Any, after: Any, change: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    table_trainer(tmp_path, max_steps=2).fit(before())
+    # the checkpoint records the data: 64 samples and the BLAKE3 of their content
+    record = json.loads((tmp_path / "ckpt-000000002" / "state.json").read_text())["state"]["data"]
+    assert record["samples"] == 64 and len(record["fingerprint"]) == 64
+    with pytest.raises(UserError, match="training data changed since the checkpoint was "
+                                        f"written {change}.*resume_allow_data_change=True"):
+        table_trainer(tmp_path, max_steps=4).fit(after())
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt-000000002"]  # nothing written
+    result = table_trainer(tmp_path, max_steps=4, resume_allow_data_change=True).fit(after())
+    assert result.resumed_from is not None and result.global_step == 4
+    monkeypatch.setenv("REPRISE_RESUME_ALLOW_DATA_CHANGE", "1")  # reprise train's flag
+    result = table_trainer(tmp_path, max_steps=6).fit(after())
+    assert result.resumed_from is not None and result.global_step == 6
+
+
+def test_resuming_on_a_changed_parquet_stream_is_refused(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from reprise.data import make_loader
+
+    path = tmp_path / "train.parquet"
+    pq.write_table(table_of(64), path, row_group_size=16)
+    stream = lambda: make_loader(path, batch_size=16, label="y", streaming=True)  # noqa: E731
+    table_trainer(tmp_path / "ckpt", max_steps=2).fit(stream())
+    pq.write_table(table_of(80), path, row_group_size=16)
+    with pytest.raises(UserError, match=r"\(64 → 80 samples, content fingerprint"):
+        table_trainer(tmp_path / "ckpt", max_steps=4).fit(stream())
+
+
+def test_resuming_on_the_same_data_in_a_new_table_is_accepted(tmp_path: Path) -> None:
+    table_trainer(tmp_path, max_steps=2).fit(table_of(64))
+    assert table_trainer(tmp_path, max_steps=4).fit(table_of(64)).global_step == 4
+    with pytest.raises(UserError, match="drop_last False → True"):  # another epoch length
+        table_trainer(tmp_path, max_steps=6, drop_last=True).fit(table_of(64))
+
+
 def test_resuming_from_a_damaged_checkpoint_is_refused(tmp_path: Path) -> None:
     path = Path(str(trainer(max_steps=2, checkpoint_dir=tmp_path).fit(loader()).checkpoint))
     tensors = path / "tensors.safetensors"
@@ -607,6 +738,7 @@ def test_check_determinism_needs_positive_steps() -> None:
     ({"clip_grad_value": -1.0}, "clip_grad_value must be a positive number"),
     ({"seed": -1}, r"seed must be an integer in \[0, 2\*\*32\)"),
     ({"seed": 2**32}, r"seed must be an integer in \[0, 2\*\*32\)"),
+    ({"resume_allow_data_change": "yes"}, "resume_allow_data_change must be True or False"),
 ], ids=lambda v: str(v) if isinstance(v, dict) else "")
 def test_bad_arguments_are_refused_at_construction(kw: dict[str, Any], match: str) -> None:
     with pytest.raises(UserError, match=match):

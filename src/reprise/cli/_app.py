@@ -238,6 +238,10 @@ def train(
     script: Annotated[Path, typer.Argument(help="Training script (uses reprise.train.Trainer).")],
     nproc: Annotated[int, typer.Option(
         "--nproc", help="Processes on this machine; >1 launches DDP through torchrun.")] = 1,
+    resume_allow_data_change: Annotated[bool, typer.Option(
+        "--resume-allow-data-change",
+        help="Let a Trainer resume although its training data changed since the "
+             "checkpoint (refused otherwise).")] = False,
 ) -> None:
     """Run a training script, on N processes with DDP (arguments after SCRIPT go to it).
 
@@ -247,8 +251,10 @@ def train(
     same command again with resume="auto" in the script to continue.
     """
     from reprise.train._launch import launch
+    from reprise.train._trainer_state import ALLOW_DATA_CHANGE_ENV
 
-    code = launch(script, list(ctx.args), nproc=nproc)
+    env = {ALLOW_DATA_CHANGE_ENV: "1"} if resume_allow_data_change else None
+    code = launch(script, list(ctx.args), nproc=nproc, env=env)
     if code:
         raise typer.Exit(code if code > 0 else 128 - code)
 

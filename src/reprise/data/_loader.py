@@ -452,7 +452,11 @@ def make_loader(source: Any, *, batch_size: int, columns: Sequence[str] | None =
     instead, with a windowed shuffle of ``buffer_rows`` rows (see
     :class:`_ParquetStream`); its order also depends on ``num_workers``.
     ``start`` skips the epoch's first samples (at a batch boundary when
-    streaming); ``num_replicas``/``rank`` shard an in-memory epoch for DDP.
+    streaming); ``num_replicas``/``rank`` shard an in-memory epoch for DDP: every
+    rank gets the same number of samples, so when they do not divide evenly the
+    shards are padded with the epoch's first samples (seen twice), as
+    ``DistributedSampler`` does. ``drop_last`` leaves out what does not fill a whole
+    batch instead, on every rank, and under sharding repeats no sample.
 
     Example:
         >>> import pyarrow as pa
@@ -491,7 +495,7 @@ def make_loader(source: Any, *, batch_size: int, columns: Sequence[str] | None =
         table = pq.read_table(path, columns=layout.needed)
     tensors = [torch.from_numpy(a) for a in layout.arrays(table)]
     sampler = SeededSampler(table.num_rows, seed=seed, shuffle=shuffle, start=start, epoch=epoch,
-                            num_replicas=num_replicas, rank=rank)
+                            num_replicas=num_replicas, rank=rank, drop_last=drop_last)
     batches: Any = _ArrayBatchSampler(sampler, batch_size, drop_last)
     return DataLoader(_TableDataset(tensors, layout), batch_sampler=batches,  # type: ignore[arg-type]
                       **options)

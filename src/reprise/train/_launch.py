@@ -29,12 +29,32 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# torchrun's own entry point is ``main(args) = run(parse_args(args))``. Its parser
+# would also read the script's arguments, and argparse classifies every argument that
+# starts with "--" before it looks at positions: a script option that abbreviates one
+# of torchrun's (``--n``, ``--node``, ``--max``) is an "ambiguous option" error, and one
+# that spells one exactly would be taken by torchrun. So torchrun's parser reads only
+# torchrun's options and the script's path, and the script's arguments are set on
+# the parsed namespace as they were given.
+_TORCHRUN = """\
+import sys
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.distributed.run import parse_args, run
+n = int(sys.argv[1])
+args = parse_args(sys.argv[2:2 + n])
+args.training_script_args = sys.argv[2 + n:]
+record(run)(args)
+"""
+
+
 def torchrun_command(script: str | os.PathLike[str], args: Sequence[str], nproc: int,
                      port: int | None = None) -> list[str]:
-    """The ``python -m torch.distributed.run`` command line for one machine."""
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--node-rank", "0",
-            "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
-            "--master-port", str(port or _free_port()), str(script), *args]
+    """The torchrun (``torch.distributed.run``) command line for one machine; the
+    script's ``args`` reach it untouched, whatever they look like."""
+    options = ["--nnodes", "1", "--node-rank", "0", "--nproc-per-node", str(nproc),
+               "--master-addr", "127.0.0.1", "--master-port", str(port or _free_port()),
+               str(script)]
+    return [sys.executable, "-c", _TORCHRUN, str(len(options)), *options, *args]
 
 
 def launch(script: str | os.PathLike[str], args: Sequence[str] = (), *, nproc: int = 1,

@@ -52,8 +52,10 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
 
     Args:
         model: the module to train (moved to the chosen device).
-        optimizer: a ``torch.optim.Optimizer`` over the model's parameters, or a
-            callable ``params -> Optimizer`` (called after the move to the device).
+        optimizer: a ``torch.optim.Optimizer`` over the model's parameters (all or
+            some), or a callable ``params -> Optimizer`` (called after the move to the
+            device). Gradients of parameters outside it are cleared at every step with
+            the optimizer's own and never normalised, clipped or applied.
         loss: ``loss(output, target)`` for batches ``(inputs, target)``; or give
             ``training_step(model, batch) -> loss tensor`` for any batch format.
         validation_step: ``(model, batch) -> {name: value}`` (averaged over the
@@ -62,12 +64,17 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         max_epochs, max_steps: stop at whichever comes first (steps count
             optimizer steps); ``max_epochs`` defaults to 1 when neither is given.
         precision: ``"32"``, ``"bf16-mixed"`` (``torch.autocast`` in bfloat16)
-            or ``"16-mixed"`` (float16 with a ``GradScaler``).
+            or ``"16-mixed"`` (float16 with a ``GradScaler``). The forward pass, the
+            loss and validation run under autocast: matrix products and convolutions
+            in 16 bits, and the ops after them that autocast leaves alone; losses
+            (and on CUDA softmax, norms and reductions) in float32; parameters,
+            gradients and the optimizer in float32 (README, "Precision").
         accumulate: micro-batches per optimizer step. Each micro-batch's mean
             loss is weighted by its size and the window's gradient divided by
             the window's sample count, so a short last window (or a short last
             batch) is normalised exactly.
-        clip_grad_norm, clip_grad_value: gradient clipping (after unscaling).
+        clip_grad_norm, clip_grad_value: gradient clipping (after unscaling and
+            normalising), over the optimizer's parameters: the norm is theirs alone.
         scheduler: an LR scheduler, or ``optimizer -> scheduler``; stepped
             after every optimizer step.
         val_every: validate every N optimizer steps, or ``"epoch"`` (default
@@ -95,7 +102,12 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         keep_last: checkpoints kept.
         resume: None (start fresh), ``"auto"`` (the newest whole checkpoint in
             ``checkpoint_dir`` whose weights are finite, or a fresh start when
-            there is none) or a checkpoint folder.
+            there is none) or a checkpoint folder. A checkpoint records the training
+            data's sample count and, for reprise tables and streams and
+            ``TensorDataset``, a BLAKE3 fingerprint of its content; resuming on data
+            that differs is refused.
+        resume_allow_data_change: resume even though the data changed (also set by
+            ``reprise train --resume-allow-data-change``).
         batch_size: batch size when ``fit`` is given a table or dataset rather
             than a DataLoader; ``"auto"`` finds the largest that fits (see
             :func:`reprise.train.find_batch_size`).
@@ -103,6 +115,13 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
             that batch × accumulate stays at this effective batch.
         label, columns, num_workers: how a table or dataset becomes a loader
             (:func:`reprise.make_loader`).
+        drop_last: train only on whole batches. Under DDP every rank takes the same
+            number of samples, so by default an epoch that does not divide evenly is
+            padded with a few of its first samples, trained on twice (as
+            ``DistributedSampler`` does); with ``drop_last`` no sample is repeated and
+            the few that do not fill a whole batch on every rank are left out (other
+            ones each epoch when shuffling). For a table or dataset; a DataLoader of
+            your own sets this itself.
         log_every: optimizer steps between metric points.
         profile: time data wait vs compute, samples/s, memory and energy.
         callbacks: :class:`Callback` instances.
@@ -122,9 +141,11 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
                  seed: int | None = None, checkpoint_dir: str | os.PathLike[str] | None = None,
                  checkpoint_every: int | None = None, keep_last: int = 3,
                  resume: str | os.PathLike[str] | None = None,
+                 resume_allow_data_change: bool = False,
                  batch_size: int | Literal["auto"] = 32, target_batch_size: int | None = None,
                  memory_budget: int | None = None, label: str | None = None,
                  columns: Sequence[str] | None = None, num_workers: int = 0,
+                 drop_last: bool = False,
                  log_every: int = 50, profile: bool = True,
                  callbacks: Sequence[Callback] = ()) -> None:
         if loss is None and training_step is None:
@@ -166,6 +187,11 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
                 or not ddp_timeout > 0:
             raise UserError(f"ddp_timeout must be a positive number of seconds; got "
                             f"{ddp_timeout!r}")
+        if not isinstance(drop_last, bool):
+            raise UserError(f"drop_last must be True or False; got {drop_last!r}")
+        if not isinstance(resume_allow_data_change, bool):
+            raise UserError("resume_allow_data_change must be True or False; got "
+                            f"{resume_allow_data_change!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
                                  or not 0 <= seed < 2**32):
             raise UserError(f"seed must be an integer in [0, 2**32); got {seed!r}")
@@ -188,9 +214,11 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
         self.checkpoint_every = checkpoint_every or DEFAULT_CHECKPOINT_EVERY
         self.keep_last, self.resume = keep_last, resume
+        self.resume_allow_data_change = resume_allow_data_change
         self.batch_size, self.target_batch_size = batch_size, target_batch_size
         self.memory_budget = memory_budget
         self.label, self.columns, self.num_workers = label, columns, num_workers
+        self.drop_last = drop_last
         self.log_every, self.profile = log_every, profile
         self.callbacks = list(callbacks)
         # counters: what a checkpoint must restore
@@ -202,6 +230,7 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         self.samples_seen = 0
         self.validations: list[dict[str, float]] = []
         self.optimizer: Any = None
+        self._outside_params: list[Any] = []
         self.scheduler: Any = None
         self.scaler: Any = None
         self.device: Any = None
@@ -218,6 +247,7 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         self._boundary_at = 0.0  # time.monotonic() of the last step boundary
         self._pending_losses: list[Any] = []
         self._epoch_rng = None
+        self._data_record_cache = None
         self._resumed = False
         self._loss_values: list[float] = []
 
@@ -252,6 +282,8 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         self._shard(self.train_loader)
         self.model = self._wrap()
         self.module.train()
+        if self.window == 0:  # no window in progress: no gradient from before fit() counts
+            self.module.zero_grad(set_to_none=True)
         old_handler = self._install_sigterm()
         from reprise.tracking._energy import EnergyMeter
 
@@ -394,20 +426,29 @@ class Trainer(_SetupMixin, _DataMixin, _CheckpointMixin, _ValidationMixin, _Repo
         opt = self.optimizer
         if self.scaler is not None:
             self.scaler.unscale_(opt)
+        # normalising and clipping act on the optimizer's parameters, the ones stepped: a
+        # parameter outside it that still requires grad (a body left unfrozen under a
+        # head-only optimizer) has its gradient computed, never counted, and cleared below
+        params = [p for g in opt.param_groups for p in g["params"]]
         if self.accumulate > 1 and self.window_samples:
-            grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
+            grads = [p.grad for p in params if p.grad is not None]
             if grads:
                 torch._foreach_mul_(grads, 1.0 / self.window_samples)
         if self.clip_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.module.parameters(), self.clip_grad_norm)
+            torch.nn.utils.clip_grad_norm_(params, self.clip_grad_norm)
         if self.clip_grad_value is not None:
-            torch.nn.utils.clip_grad_value_(self.module.parameters(), self.clip_grad_value)
+            torch.nn.utils.clip_grad_value_(params, self.clip_grad_value)
         if self.scaler is not None:
             self.scaler.step(opt)
             self.scaler.update()
         else:
             opt.step()
+        # every gradient the model accumulated, not only the optimizer's: the next window
+        # starts from zero everywhere (the others are listed once, at set-up, since
+        # module.zero_grad walks the whole module tree: 4x opt.zero_grad's time per step)
         opt.zero_grad(set_to_none=True)
+        for p in self._outside_params:
+            p.grad = None
         if self.scheduler is not None:
             self.scheduler.step()
         self.window = self.window_samples = 0

@@ -80,6 +80,7 @@ class _TrainerBase:
     label: str | None
     columns: Sequence[str] | None
     num_workers: int
+    drop_last: bool
     profile: bool
     callbacks: list[Callback]
     # progress: what a checkpoint restores
@@ -91,6 +92,7 @@ class _TrainerBase:
     _loss_values: list[float]
     # built by set-up and fit
     optimizer: Any
+    _outside_params: list[Any]  # the model's parameters the optimizer does not step
     scheduler: Any
     scaler: Any
     device: Any
@@ -119,12 +121,15 @@ class _TrainerBase:
     _beats: int
     _writing_checkpoint: bool
     _boundary_at: float
+    _data_record_cache: tuple[Any, dict[str, Any]] | None  # (dataset, its record)
+    resume_allow_data_change: bool
 
     if TYPE_CHECKING:  # implemented by the Trainer and its other mixins
         def _check_losses(self) -> str | None: ...
         def _data_generators(self, loader: Any) -> list[Any]: ...
         def _seeded_sampler(self, loader: Any) -> Any: ...
         def _train_batch_size(self) -> int | None: ...
+        def _data_record(self) -> dict[str, Any]: ...
         def _setup(self) -> None: ...
         def _loader(self, data: Any, *, train: bool) -> Any: ...
         def _log_metrics(self, values: dict[str, float]) -> None: ...

@@ -26,6 +26,10 @@ class _DataMixin(_TrainerBase):
             if train and data is not None and self.batch_size == "auto":
                 raise UserError("batch_size='auto' needs a table or dataset, not a DataLoader "
                                 "(the Trainer builds the loader with the size it finds)")
+            if train and data is not None and self.drop_last:
+                raise UserError("drop_last=True applies to the loader the Trainer builds from "
+                                "a table or dataset; for your own DataLoader pass drop_last to "
+                                "it (and to its DistributedSampler under DDP)")
             return data
         if isinstance(data, Sequence) and not hasattr(data, "to_arrow"):
             raise UserError(f"cannot train on a {type(data).__name__}: give a DataLoader, a "
@@ -38,7 +42,7 @@ class _DataMixin(_TrainerBase):
         return make_loader(data, batch_size=int(size), label=self.label, columns=self.columns,
                            shuffle=train, seed=self.seed or 0, num_workers=self.num_workers,
                            num_replicas=self.world_size if train else 1,
-                           rank=self.rank if train else 0)
+                           rank=self.rank if train else 0, drop_last=self.drop_last and train)
 
     def _auto_batch(self, data: Any) -> int:
         from reprise.data._loader import make_loader
@@ -145,8 +149,61 @@ class _DataMixin(_TrainerBase):
                 next(it)
         yield from it
 
+    def _data_record(self) -> dict[str, Any]:
+        """The training data's sample count and content fingerprint, as a checkpoint
+        records them (computed once per dataset; None where they cannot be known)."""
+        loader = getattr(self, "train_loader", None)
+        if loader is None:
+            return {"samples": None, "fingerprint": None}
+        dataset = loader.dataset
+        cached = self._data_record_cache
+        if cached is not None and cached[0] is dataset:
+            return cached[1]
+        record = {"samples": _samples_in(dataset), "fingerprint": _fingerprint(dataset)}
+        self._data_record_cache = (dataset, record)
+        return record
+
     def _epoch_length(self, loader: Any) -> int | None:
         try:
             return len(loader)
         except TypeError:
             return None
+
+
+def _samples_in(dataset: Any) -> int | None:
+    """Rows in a map-style dataset or a reprise Parquet stream; None for other streams
+    (their ``len`` may count batches, or be missing)."""
+    from torch.utils.data import IterableDataset
+
+    if hasattr(dataset, "group_rows"):
+        return int(sum(dataset.group_rows))
+    if isinstance(dataset, IterableDataset):
+        return None
+    try:
+        return int(len(dataset))
+    except TypeError:
+        return None
+
+
+def _fingerprint(dataset: Any) -> str | None:
+    """BLAKE3 of the data itself, where the dataset holds it whole: the tensors of a
+    reprise in-memory table or a ``TensorDataset`` (dtype, shape and bytes of each),
+    the file of a reprise Parquet stream. None for other datasets, which the Trainer
+    cannot read without running their code."""
+    import torch
+
+    from reprise.core._hashing import hash_file, new_hasher
+
+    path = getattr(dataset, "path", None)
+    if hasattr(dataset, "group_rows") and path is not None:
+        return str(hash_file(path))
+    tensors = getattr(dataset, "tensors", None)
+    if not isinstance(tensors, list | tuple) or not tensors \
+            or not all(isinstance(t, torch.Tensor) for t in tensors):
+        return None
+    hasher = new_hasher()
+    for t in tensors:
+        flat = t.detach().cpu().contiguous().reshape(-1)
+        hasher.update(f"{t.dtype}{tuple(t.shape)};".encode())
+        hasher.update(flat.view(torch.uint8).numpy().data)  # any dtype, bf16 included
+    return str(hasher.hexdigest())

@@ -40,9 +40,18 @@ class _SetupMixin(_TrainerBase):
             raise UserError("optimizer must be a torch.optim.Optimizer or a callable returning "
                             "one")
         owned = {id(p) for p in self.module.parameters()}
-        if any(id(p) not in owned for g in self.optimizer.param_groups for p in g["params"]):
+        stepped = {id(p) for g in self.optimizer.param_groups for p in g["params"]}
+        if not stepped <= owned:
             raise UserError("the optimizer holds parameters that are not the model's; build it "
                             "from model.parameters() (or pass a callable params -> optimizer)")
+        # the model's parameters the optimizer does not step: their gradients are cleared
+        # with the optimizer's after every step, never normalised, clipped or applied
+        self._outside_params = [p for p in self.module.parameters() if id(p) not in stepped]
+        trained_outside = sum(1 for p in self._outside_params if p.requires_grad)
+        if trained_outside:
+            self._say(f"{trained_outside} parameter tensor(s) of the model require grad but are "
+                      "not in the optimizer: their gradients are computed and discarded at "
+                      "every step (freeze them with requires_grad_(False) to save the work)")
         sch = self._scheduler_arg
         if sch is not None and not hasattr(sch, "step"):
             sch = sch(self.optimizer)

@@ -6,6 +6,7 @@ SIGTERM handler that checkpoints before a pre-empted process exits.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -21,6 +22,9 @@ from reprise.train._trainer_base import (
 
 if TYPE_CHECKING:
     from reprise.train._trainer import Trainer
+
+# set to "1" by ``reprise train --resume-allow-data-change`` for the script it launches
+ALLOW_DATA_CHANGE_ENV = "REPRISE_RESUME_ALLOW_DATA_CHANGE"
 
 
 class _CheckpointMixin(_TrainerBase):
@@ -62,7 +66,9 @@ class _CheckpointMixin(_TrainerBase):
         doc["sampler"] = sampler.state_dict() if sampler is not None else None
         doc["validations"] = self.validations
         doc["config"] = {"batch_size": self._train_batch_size(), "accumulate": self.accumulate,
-                         "world_size": self.world_size, "precision": self.precision}
+                         "world_size": self.world_size, "precision": self.precision,
+                         "drop_last": self.drop_last}
+        doc["data"] = self._data_record()
         return tensors, doc
 
     def _data_rng_state(self) -> list[Any] | None:
@@ -145,6 +151,7 @@ class _CheckpointMixin(_TrainerBase):
             self._refuse_nonfinite_checkpoint(path, tensors)
         self._resumed = True
         self._pending_config = doc["config"]
+        self._pending_data = doc.get("data")  # absent from checkpoints of older versions
         self.load_state(tensors, doc)
         self._say(f"resumed from {path} (optimizer step {self.global_step}, epoch "
                   f"{self.epoch}, batch {self.batch_in_epoch})")
@@ -155,13 +162,41 @@ class _CheckpointMixin(_TrainerBase):
         if not cfg:
             return
         now = {"batch_size": self._train_batch_size(), "accumulate": self.accumulate,
-               "world_size": self.world_size}
+               "world_size": self.world_size, "drop_last": self.drop_last}
         diff = [f"{k} {cfg.get(k)} → {v}" for k, v in now.items()
                 if cfg.get(k) is not None and v is not None and cfg.get(k) != v]
         if diff:
             raise UserError("the checkpoint was written with a different set-up (" +
                             ", ".join(diff) + "); resuming would not continue the same run. "
                             "Use the original settings, or start fresh with resume=None")
+        self._check_resumed_data()
+
+    def _check_resumed_data(self) -> None:
+        """Refuse to resume on other training data than the checkpoint's, unless asked."""
+        was = getattr(self, "_pending_data", None)
+        if not was:
+            return
+        now = self._data_record()
+        changes = []
+        if None not in (was.get("samples"), now["samples"]) and was["samples"] != now["samples"]:
+            changes.append(f"{was['samples']} → {now['samples']} samples")
+        if None not in (was.get("fingerprint"), now["fingerprint"]) \
+                and was["fingerprint"] != now["fingerprint"]:
+            changes.append(f"content fingerprint {str(was['fingerprint'])[:12]} → "
+                           f"{str(now['fingerprint'])[:12]}")
+        if not changes:
+            return
+        what = ", ".join(changes)
+        if self.resume_allow_data_change or os.environ.get(ALLOW_DATA_CHANGE_ENV) == "1":
+            self._say(f"the training data changed since the checkpoint ({what}); resuming "
+                      "anyway, as resume_allow_data_change allows: the epoch's order and "
+                      "position are those of the new data", logging.WARNING)
+            return
+        raise UserError(f"the training data changed since the checkpoint was written ({what}); "
+                        "resuming would continue the run on other data. Train on the "
+                        "checkpoint's data, start fresh with resume=None, or pass "
+                        "resume_allow_data_change=True (reprise train "
+                        "--resume-allow-data-change) to continue on this data anyway")
 
     def _install_sigterm(self) -> Any:
         """Checkpoint at the next step on SIGTERM; a watchdog ends the process when the
