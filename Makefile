@@ -8,11 +8,27 @@ PIP_FLAGS := -q --disable-pip-version-check
 # resolves to the machine's CPU build. GPU users: make test TORCH_SPEC='torch==2.13.0+cu128'
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: demo test test-reliability bench lint install install-demo install-dev install-bench clean help
+# make test-floors: the core dependencies at the lowest versions pyproject.toml allows
+# (constraints-floors.txt), in a venv of their own, against the tests of the layers using them.
+FLOORS_VENV ?= .venv-floors
+FLOORS_PY := $(FLOORS_VENV)/bin/python
+# (evaluate: scikit-learn, scipy, numpy, plotly, and typer/rich by its CLI tests; data:
+# pyarrow, pandas, pandera, fsspec; registry: skops, SQLAlchemy, alembic; tune: optuna, cmaes)
+FLOORS_TESTS ?= tests/evaluate tests/data tests/registry/test_registry.py tests/tune/test_tune.py \
+	tests/test_floors.py
+# Deprecation notices that old releases give about their newer neighbours are not failures:
+# older typer imports click.utils.get_binary_stream/get_text_stream (deprecated in click 8.5);
+# scikit-learn 1.7.0 passes L-BFGS-B options that scipy 1.16 deprecates.
+FLOORS_WARNINGS := -W "ignore:'click.utils.:DeprecationWarning" \
+	-W "ignore:scipy.optimize:DeprecationWarning"
+
+.PHONY: demo test test-floors test-reliability bench lint install install-demo install-dev \
+	install-bench clean help
 
 help:
 	@echo "make demo   - install and run the example end to end (embedded SQLite workspace)"
 	@echo "make test   - install with dev extras and run the test suite"
+	@echo "make test-floors - tests at the lowest versions of the core dependencies allowed"
 	@echo "make bench  - run the benchmarks against peer tools; results in bench/results/"
 	@echo "make lint   - ruff, mypy and the layer contracts"
 
@@ -47,6 +63,24 @@ demo: install-demo
 test: install-dev
 	$(PY) -m pytest -q -m "not reliability" -p no:cacheprovider
 
+constraints-floors.txt: pyproject.toml .ci/floors.py
+	$(PYTHON) .ci/floors.py --write
+
+# Wheels only: a floor without a wheel for this Python is not a floor anyone can install.
+# The test tools come at the versions constraints.txt pins.
+$(FLOORS_VENV)/.stamp: pyproject.toml constraints-floors.txt constraints.txt
+	rm -rf $(FLOORS_VENV)
+	$(PYTHON) -m venv $(FLOORS_VENV)
+	$(FLOORS_PY) -m pip $(PIP_FLAGS) install --upgrade "pip>=24" wheel
+	$(FLOORS_PY) -m pip $(PIP_FLAGS) install --only-binary :all: -c constraints-floors.txt -e . \
+		$$(grep -E '^(pytest|pytest-timeout|hypothesis)==' constraints.txt)
+	$(FLOORS_PY) .ci/floors.py --verify
+	@touch $@
+
+test-floors: $(FLOORS_VENV)/.stamp
+	$(FLOORS_PY) -m pytest -q -p no:cacheprovider -m "not reliability and not postgres" \
+		$(FLOORS_WARNINGS) $(FLOORS_TESTS)
+
 test-reliability: install-dev
 	$(PY) -m pytest -q -m reliability -p no:cacheprovider
 
@@ -59,4 +93,5 @@ lint: install-dev
 	$(VENV)/bin/lint-imports
 
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(FLOORS_VENV) build dist src/*.egg-info .pytest_cache .mypy_cache \
+		.ruff_cache

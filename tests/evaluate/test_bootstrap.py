@@ -50,6 +50,17 @@ def test_vectorised_regression_equals_scikit_learn_per_resample(
     _check_each_resample(prepare(regression["y"], regression["pred"]))
 
 
+def test_resamples_missing_a_class_agree_with_the_point_estimates() -> None:
+    # few positives / a rare class: resamples without them make precision, recall and F1
+    # undefined (NaN, skipped) or shrink the macro average to the classes present
+    rng = np.random.default_rng(2)
+    y = np.zeros(12, dtype=int)
+    y[[3, 8]] = 1
+    _check_each_resample(prepare(y, (rng.random(12) < 0.2).astype(int)), resamples=40)
+    y3 = np.array([0, 0, 1, 1, 2, 0, 1, 0, 1, 0])
+    _check_each_resample(prepare(y3, np.array([0, 1, 1, 1, 0, 0, 1, 0, 2, 0])), resamples=40)
+
+
 def test_weighted_auc_equals_scikit_learn_with_sample_weight() -> None:
     rng = np.random.default_rng(1)
     score = rng.integers(0, 5, 50) / 4.0  # heavy ties

@@ -24,7 +24,7 @@ from reprise.core._hashing import canonical_json
 from reprise.core._report import reporting_to
 from reprise.core.errors import TrialPruned, UserError
 from reprise.evaluate import build_estimator, cross_validate, estimator_spec
-from reprise.evaluate._cv import make_splits
+from reprise.evaluate._cv import _aggregate, make_splits
 
 
 @pytest.fixture
@@ -41,12 +41,22 @@ def test_in_process_cv_is_seeded_and_aggregated(data: tuple[np.ndarray, np.ndarr
     assert sum(f["n_test"] for f in res["folds"]) == len(y)
     acc = res["metrics"]["accuracy"]
     assert acc["mean"] == pytest.approx(np.mean(acc["folds"]))
-    assert acc["std"] == pytest.approx(np.std(acc["folds"]))
+    assert acc["std"] == pytest.approx(np.std(acc["folds"], ddof=1))  # the sample std
+    assert res["std_ddof"] == 1
     assert set(res["metrics"]) == {"accuracy", "balanced_accuracy", "f1", "roc_auc", "log_loss"}
     assert cross_validate(LogisticRegression(), X, y, k=3, seed=1) == res
     assert cross_validate(LogisticRegression(), X, y, k=3, seed=2) != res
     reg = cross_validate(LinearRegression(), X, X[:, 0] * 2.0, k=3)
     assert set(reg["metrics"]) == {"mae", "rmse", "r2"} and reg.mean("r2") == pytest.approx(1.0)
+
+
+def test_std_is_the_sample_std_of_the_defined_folds() -> None:
+    folds = [{"fold": i, "metrics": {"f1": f1, "roc_auc": auc}}
+             for i, (f1, auc) in enumerate([(0.5, None), (0.7, 0.8), (0.9, None)])]
+    agg = _aggregate(folds, cv="kfold", k=3, seed=0)
+    assert agg["metrics"]["f1"]["std"] == pytest.approx(0.2)  # ddof=0 gave 0.163
+    assert agg["metrics"]["roc_auc"] == {"mean": 0.8, "std": None, "folds": [None, 0.8, None],
+                                         "defined": 1}  # one fold: no spread to estimate
 
 
 def test_group_splits_never_share_a_group() -> None:

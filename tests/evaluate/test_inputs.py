@@ -80,3 +80,14 @@ def test_probability_rows_within_tolerance_are_renormalised() -> None:
     proba = np.array([[0.2, 0.7999], [0.5, 0.5]], dtype=np.float32)
     p = prepare([1, 0], y_proba=proba)
     assert p.proba is not None and np.allclose(p.proba.sum(axis=1), 1.0, atol=1e-12)
+
+
+@pytest.mark.parametrize("pred", [[0.1, 0.8, 0.7, 0.2], [0.0, 1.0, 0.5, 0.0], [-0.3, 1.7, 1.0, 0.0]])
+def test_fractional_predictions_of_0_1_labels_are_refused(pred: list[float]) -> None:
+    # probabilities passed as y_pred by mistake were scored as regression (MAPE 3.6e14)
+    with pytest.raises(UserError, match=r"y holds only the labels 0 and 1, but y_pred holds "
+                                        r"fractional values .*y_proba=.*task='regression'"):
+        prepare([0, 1, 1, 0], pred)
+    assert prepare([0, 1, 1, 0], pred, task="regression").task == "regression"
+    assert prepare([0, 1, 1, 0], y_proba=np.clip(pred, 0, 1)).task == "binary"
+    assert prepare([0.0, 1.0, 1.0, 0.0], [0.0, 1.0, 1.0, 1.0]).task == "binary"  # whole: labels

@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sklearn import metrics as skm
 from sklearn.calibration import calibration_curve
 
@@ -122,6 +124,9 @@ def test_per_class_and_confusion_matrix() -> None:
     pc = per_class(p)
     assert pc["b"] == {"precision": 1.0, "recall": 0.5, "f1": pytest.approx(2 / 3), "support": 2}
     assert pc["c"]["precision"] == 0.5
+    never = per_class(prepare(["a", "b", "b"], ["a", "a", "a"], labels=["a", "b", "c"]))
+    assert never["b"] == {"precision": None, "recall": 0.0, "f1": 0.0, "support": 2}
+    assert never["c"] == {"precision": None, "recall": None, "f1": None, "support": 0}
 
 
 def test_directions_and_applicability() -> None:
@@ -135,3 +140,36 @@ def test_directions_and_applicability() -> None:
         check_applicable(["mae"], p)
     with pytest.raises(UserError, match="unknown metric 'f2'.*accuracy"):
         check_applicable(["f2"], p)
+
+
+def test_binary_precision_recall_f1_are_none_where_undefined() -> None:
+    # a perfectly predicted set with no positives: F1 was 0 (scikit-learn's 0/0 -> 0)
+    perfect = point_metrics(prepare([0, 0, 0], [0, 0, 0], labels=[0, 1]),
+                            ["precision", "recall", "f1", "accuracy", "f1_macro"])
+    assert perfect == {"precision": None, "recall": None, "f1": None, "accuracy": 1.0,
+                       "f1_macro": 1.0}
+    silent = point_metrics(prepare([0, 1, 1], [0, 0, 0]), ["precision", "recall", "f1"])
+    assert silent == {"precision": None, "recall": 0.0, "f1": 0.0}  # never predicts 1
+    eager = point_metrics(prepare([0, 0, 0], [1, 0, 1], labels=[0, 1]),
+                          ["precision", "recall", "f1"])
+    assert eager == {"precision": 0.0, "recall": None, "f1": 0.0}  # no positive row
+
+
+def test_multiclass_macro_leaves_out_a_class_absent_from_the_rows() -> None:
+    # a subset lacking class 2, perfectly predicted: 1.0 as scikit-learn's default, not 2/3
+    p = prepare([0, 1, 0, 1], [0, 1, 0, 1], labels=[0, 1, 2])
+    got = point_metrics(p, ["f1", "precision", "recall", "f1_macro"])
+    assert got == {"f1": 1.0, "precision": 1.0, "recall": 1.0, "f1_macro": 1.0}
+    assert skm.f1_score([0, 1, 0, 1], [0, 1, 0, 1], average="macro") == 1.0
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=25))
+def test_macro_averages_equal_scikit_learns_default(pairs: list[tuple[int, int]]) -> None:
+    y, pred = np.array(pairs).T
+    p = prepare(y, pred, labels=[0, 1, 2, 3], task="multiclass")
+    got = point_metrics(p, ["precision", "recall", "f1", "f1_macro"])
+    for name, fn in (("precision", skm.precision_score), ("recall", skm.recall_score),
+                     ("f1", skm.f1_score)):
+        assert got[name] == pytest.approx(fn(y, pred, average="macro", zero_division=0)), name
+    assert got["f1_macro"] == got["f1"]

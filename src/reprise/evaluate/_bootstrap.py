@@ -152,13 +152,16 @@ def _confusion_metrics(p: Prepared, wanted: set[str], idx: Array) -> dict[str, A
     cm = np.bincount(codes.ravel(), minlength=rows * k * k).reshape(rows, k, k).astype(float)
     tp = np.diagonal(cm, axis1=1, axis2=2)
     actual, predicted = cm.sum(axis=2), cm.sum(axis=1)
-    prec = _div(tp, predicted)  # zero_division=0, as the point estimates
+    prec = _div(tp, predicted)  # 0/0 as 0 inside macro averages, as the point estimates
     rec = _div(tp, actual)
     f1 = _div(2 * tp, actual + predicted)
+    present = (actual + predicted) > 0  # macro: the classes in y or the predictions
     out: dict[str, Array] = {}
-    for name, per_class in (("precision", prec), ("recall", rec), ("f1", f1)):
-        out[f"{name}_macro"] = per_class.mean(axis=1)
-        out[name] = per_class[:, p.positive] if p.positive is not None else out[f"{name}_macro"]
+    for name, per_class, defined in (("precision", prec, predicted > 0),
+                                     ("recall", rec, actual > 0), ("f1", f1, present)):
+        out[f"{name}_macro"] = (per_class * present).sum(axis=1) / present.sum(axis=1)
+        out[name] = (out[f"{name}_macro"] if p.positive is None  # binary: NaN where undefined
+                     else np.where(defined[:, p.positive], per_class[:, p.positive], np.nan))
     if "balanced_accuracy" in wanted:
         present = actual > 0  # scikit-learn averages recall over the classes present in y
         out["balanced_accuracy"] = np.where(present, rec, 0.0).sum(axis=1) / present.sum(axis=1)

@@ -31,11 +31,17 @@ from reprise.pipeline._step import StepOutput, current_builder, step
 __all__ = ["CV_KINDS", "CVResult", "cross_validate", "cv_aggregate", "cv_fold"]
 
 CV_KINDS = ("kfold", "stratified", "group", "timeseries")
+#: The folds' spread is the sample standard deviation (the folds are a sample of splits).
+STD_DDOF = 1
 
 
 class CVResult(dict[str, Any]):
     """Per-fold metrics and their aggregate: ``folds`` (list) and ``metrics``
-    (``{name: {"mean", "std", "folds", "defined"}}``); a plain dict when stored."""
+    (``{name: {"mean", "std", "folds", "defined"}}``); a plain dict when stored.
+
+    ``mean`` and ``std`` are over the folds where the metric is defined (``defined``
+    counts them); ``std`` is the sample standard deviation (``ddof=1``, recorded as
+    ``std_ddof``), None with fewer than two defined folds."""
 
     def mean(self, name: str) -> float | None:
         found = self["metrics"][name]["mean"]
@@ -132,7 +138,9 @@ def cv_aggregate(folds: list[dict[str, Any]], cv: str, k: int, seed: int) -> dic
     values: dict[str, float] = {}
     for m, agg in result["metrics"].items():
         if agg["mean"] is not None:
-            values[m], values[f"{m}.std"] = agg["mean"], agg["std"]
+            values[m] = agg["mean"]
+        if agg["std"] is not None:
+            values[f"{m}.std"] = agg["std"]
     if values and tracking.active_run() is not None:
         tracking.log_metrics(values)
     return dict(result)
@@ -243,6 +251,8 @@ def _aggregate(folds: list[dict[str, Any]], *, cv: str, k: int, seed: int) -> CV
         per_fold = [f["metrics"][m] for f in folds]
         defined = [v for v in per_fold if v is not None]
         metrics[m] = {"mean": _mean(per_fold),
-                      "std": float(np.std(defined)) if defined else None,
+                      "std": float(np.std(defined, ddof=STD_DDOF)) if len(defined) > 1
+                      else None,
                       "folds": per_fold, "defined": len(defined)}
-    return CVResult({"cv": cv, "k": k, "seed": seed, "folds": folds, "metrics": metrics})
+    return CVResult({"cv": cv, "k": k, "seed": seed, "folds": folds, "metrics": metrics,
+                     "std_ddof": STD_DDOF})

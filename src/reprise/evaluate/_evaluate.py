@@ -181,6 +181,8 @@ def _check_gates_apply(gates: Sequence[Gate], p: Prepared, names: Sequence[str],
         elif m.startswith("fairness."):
             if not sensitive:
                 raise UserError(f"gate {m!r} needs sensitive='<column>'.")
+            if m.endswith((".ci_low", ".ci_high")) and not resamples:
+                raise UserError(f"gate {m!r} needs intervals; drop bootstrap=0.")
         else:
             base, _, bound = m.partition(".")
             if base not in names:
@@ -222,7 +224,8 @@ def _compute(p: Prepared, names: list[str], X: Any, columns: Sequence[str],
         "curves": curves(p),
         "slices": rows, "worst_slice": worst_slices(rows),
         "slice_options": {"columns": list(columns), "bins": bins, "min_size": min_size},
-        "fairness": fairness(p, X, sensitive, bins=bins, min_size=min_size) if sensitive
+        "fairness": fairness(p, X, sensitive, bins=bins, min_size=min_size,
+                             confidence=confidence if resamples else None) if sensitive
         else None,
         "gates": None, "baseline": None,
     })

@@ -78,6 +78,9 @@ class Evaluation(dict[str, Any]):
         for key in ("demographic_parity_difference", "equal_opportunity_difference"):
             if fair:
                 out[f"fairness.{key}"] = fair.get(key)
+                interval = (fair.get("intervals") or {}).get(key) or {}
+                out[f"fairness.{key}.ci_low"] = interval.get("ci_low")
+                out[f"fairness.{key}.ci_high"] = interval.get("ci_high")
         return out
 
     def headline(self) -> dict[str, float]:

@@ -11,6 +11,12 @@ higher-is-better metric the value may fall at most MARGIN below the baseline's,
 for a lower-is-better one (log loss, MAE, RMSE, Brier, calibration error, MAPE,
 fairness gaps) rise at most MARGIN above it. Gates are parsed before anything
 is computed, so a typo costs nothing.
+
+A metric that is undefined on the evaluated rows (F1 or recall with no positive
+row, precision with no positive prediction, ROC AUC with one class, a worst
+slice when every large enough slice is undefined, a fairness gap with fewer than
+two groups to compare) **fails** its gate, and the failure says "undefined":
+a gate vouches for a value, and there is none to vouch for.
 """
 
 from __future__ import annotations
@@ -40,7 +46,8 @@ FAIRNESS = ("demographic_parity_difference", "equal_opportunity_difference")
 def gate_names() -> list[str]:
     """Every metric name a gate may use."""
     return [*METRICS, *(f"{m}.ci_low" for m in METRICS), *(f"{m}.ci_high" for m in METRICS),
-            *(f"worst_slice.{m}" for m in SLICE_METRICS), *(f"fairness.{f}" for f in FAIRNESS)]
+            *(f"worst_slice.{m}" for m in SLICE_METRICS),
+            *(f"fairness.{f}{b}" for f in FAIRNESS for b in ("", ".ci_low", ".ci_high"))]
 
 
 def metric_direction(name: str) -> bool:
@@ -107,7 +114,8 @@ def _parse_one(metric: Any, rule: Any, known: Sequence[str]) -> Gate:
         raise UserError(
             f"gate on unknown metric {metric!r}; known metrics are {', '.join(METRICS)}; "
             f"also <metric>.ci_low and <metric>.ci_high, worst_slice.<{'|'.join(SLICE_METRICS)}>"
-            f", and {', '.join(f'fairness.{f}' for f in FAIRNESS)}.")
+            f", and {', '.join(f'fairness.{f}' for f in FAIRNESS)} (also with .ci_low or "
+            ".ci_high).")
     if not isinstance(rule, str):
         raise UserError(f"gate {metric!r}: the rule must be a string such as '>= 0.9' or "
                         f"'no worse than baseline by 0.01'; got {rule!r}.")
@@ -135,7 +143,8 @@ def _number(metric: str, text: str) -> float:
 def check_gates(gates: Sequence[Gate], actual: Mapping[str, float | None],
                 baseline: Mapping[str, float] | None = None) -> list[dict[str, Any]]:
     """Each gate's outcome: rule, threshold, actual value, passed, and ``by`` how much it
-    missed (None when it passed). An undefined actual value fails its gate."""
+    missed (None when it passed). An undefined (None) actual value fails its gate, with
+    ``by`` None."""
     results = []
     for gate in gates:
         base = None if baseline is None or gate.op != "baseline" else baseline[gate.metric]
@@ -162,6 +171,15 @@ def failure_message(results: Sequence[Mapping[str, Any]]) -> str:
     lines = ["  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                               for i, (c, w) in enumerate(zip(row, widths, strict=True)))
              for row in rows]
+    undefined = [r["metric"] for r in failed if r["actual"] is None]
+    why = ("" if not undefined else
+           f"\n{', '.join(undefined)} {'is' if len(undefined) == 1 else 'are'} undefined on "
+           "these rows, and an undefined value fails its gate (e.g. F1 or recall with no "
+           "positive row, precision with no positive prediction, ROC AUC with one class, a "
+           "worst slice when every slice large enough is undefined, a fairness gap with "
+           "fewer than two groups large enough). Evaluate on rows where it is defined, or "
+           "gate on another metric.")
     return (f"{len(failed)} of {len(results)} quality gate(s) failed:\n" + "\n".join(lines)
+            + why
             + "\nImprove the model or the data, or change the gates; the evaluation report "
               "(`reprise report RUN`) shows per-class and per-slice results.")

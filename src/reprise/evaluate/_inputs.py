@@ -199,6 +199,14 @@ def _resolve_task(task: str, y: Array, pred: Array | None, proba: Array | None,
     assert pred is not None  # prepare() checked that one of them is given
     if pred.dtype.kind not in "iufb":
         return "classification"
+    if _is_integral(y) and not _is_integral(pred) and set(np.unique(y).tolist()) <= {0, 1}:
+        frac = float(pred[pred != np.round(pred)][0])
+        raise UserError(
+            f"cannot tell whether this is classification or regression: y holds only the "
+            f"labels 0 and 1, but y_pred holds fractional values (e.g. {frac:.6g}), which look "
+            "like probabilities or scores. For a classifier pass them as y_proba= "
+            "(probabilities of class 1) or pass predicted labels as y_pred=; if they really "
+            "are predicted values of a 0/1 target, pass task='regression'.")
     if not _is_integral(y) or not _is_integral(pred):
         return "regression"
     distinct = np.unique(np.concatenate([y, pred]))

@@ -8,6 +8,12 @@ which scikit-learn does not provide (it has ``calibration_curve`` but no ECE).
 A metric that is undefined on the rows given (ROC AUC with one class, R² of a
 constant target) is ``None``, never NaN and never an exception: the caller
 decides what an undefined value means (a skipped resample, an unscored slice).
+That holds for the positive class of a binary task too: precision with no
+positive prediction, recall with no positive row and F1 with neither are
+``None`` (scikit-learn warns and reports 0, which made a perfectly predicted
+slice without positives the worst one). A macro average is scikit-learn's
+default one: over the classes present in ``y`` or the predictions (a class
+absent from both is not scored as 0), a 0/0 inside it counting 0.
 """
 
 from __future__ import annotations
@@ -116,7 +122,7 @@ def _finite(value: Any) -> float | None:
 def point_metrics(p: Prepared, names: Sequence[str]) -> dict[str, float | None]:
     """Point estimates of ``names`` on ``p``; None where undefined."""
     out: dict[str, float | None] = {}
-    prf: tuple[Array, Array, Array] | None = None
+    prf: tuple[Array, Array, Array, Array] | None = None
     with quiet():
         for name in names:
             if name in _PRF:
@@ -130,20 +136,30 @@ def point_metrics(p: Prepared, names: Sequence[str]) -> dict[str, float | None]:
 _PRF = ("precision", "recall", "f1", "precision_macro", "recall_macro", "f1_macro")
 
 
-def _prf(p: Prepared) -> tuple[Array, Array, Array]:
+_PRF_PARTS = ("precision", "recall", "f1")
+
+
+def _prf(p: Prepared) -> tuple[Array, Array, Array, Array]:
+    """Per class: precision, recall, F1 (0/0 as 0) and which of them are defined, as a
+    ``(3, k)`` mask: a prediction of the class, a row of it, either."""
     from sklearn.metrics import precision_recall_fscore_support
 
-    prec, rec, f1, _ = precision_recall_fscore_support(
+    prec, rec, f1, support = precision_recall_fscore_support(
         p.y, p.pred, labels=list(range(p.k)), average=None, zero_division=0)
-    return prec, rec, f1
+    predicted = np.bincount(p.pred, minlength=p.k)
+    defined = np.stack([predicted > 0, support > 0, (predicted > 0) | (support > 0)])
+    return prec, rec, f1, defined
 
 
-def _from_prf(p: Prepared, prf: tuple[Array, Array, Array], name: str) -> float:
+def _from_prf(p: Prepared, prf: tuple[Array, Array, Array, Array], name: str) -> float | None:
     base, _, macro = name.partition("_")
-    values = prf[("precision", "recall", "f1").index(base)]
+    i = _PRF_PARTS.index(base)
+    values, defined = prf[i], prf[3]
     if macro or p.positive is None:
-        return float(np.mean(values))
-    return float(values[p.positive])
+        # scikit-learn's default labels: the classes in y or the predictions (row 2 of
+        # ``defined``); a class absent from both is left out rather than scored 0
+        return float(np.mean(values[defined[2]]))
+    return float(values[p.positive]) if defined[i, p.positive] else None
 
 
 def _accuracy(p: Prepared) -> float | None:
@@ -276,16 +292,21 @@ _SINGLE: dict[str, Callable[[Prepared], float | None]] = {
 }
 
 
-def per_class(p: Prepared) -> dict[str, dict[str, float | int]]:
-    """Precision, recall, F1 and support of every class, keyed by the label as text."""
-    from sklearn.metrics import precision_recall_fscore_support
-
+def per_class(p: Prepared) -> dict[str, dict[str, float | int | None]]:
+    """Precision, recall, F1 and support of every class, keyed by the label as text;
+    None where undefined (precision of a class never predicted, recall of a class with
+    no row, F1 of a class with neither)."""
     with quiet():
-        prec, rec, f1, support = precision_recall_fscore_support(
-            p.y, p.pred, labels=list(range(p.k)), average=None, zero_division=0)
-    return {str(label): {"precision": float(prec[i]), "recall": float(rec[i]),
-                         "f1": float(f1[i]), "support": int(support[i])}
-            for i, label in enumerate(p.labels)}
+        prf = _prf(p)
+    support = np.bincount(p.y, minlength=p.k)
+    out: dict[str, dict[str, float | int | None]] = {}
+    for c, label in enumerate(p.labels):
+        row: dict[str, float | int | None] = {
+            part: float(prf[i][c]) if prf[3][i, c] else None
+            for i, part in enumerate(_PRF_PARTS)}
+        row["support"] = int(support[c])
+        out[str(label)] = row
+    return out
 
 
 def confusion(p: Prepared) -> dict[str, Any]:

@@ -158,28 +158,47 @@ def _slices(ev: Mapping[str, Any]) -> str:
         classes.append("small" if r["too_small"] else "")
     opts = ev.get("slice_options") or {}
     note = (f'<p class="meta">Segments under {_e(opts.get("min_size"))} rows are flagged '
-            "too small and never chosen as the worst slice.</p>")
+            "too small, and segments where a metric is undefined (e.g. F1 with no positive "
+            "row or prediction) are listed; neither is chosen as the worst slice.</p>")
     worst = ev.get("worst_slice") or {}
-    worst_rows = [[_e(m), _e(w["segment"]), str(int(w["n"])), _num(w["value"])]
+    worst_rows = [[_e(m), "" if w["segment"] is None else _e(w["segment"]),
+                   "" if w["n"] is None else str(int(w["n"])), _num(w["value"]),
+                   _e(", ".join(w.get("undefined") or []))]
                   for m, w in ordered(worst, list(METRICS))]
     return ("<h2>Slices</h2>" + note + _table(["segment", "rows", "", *names], rows, classes)
             + ("<h3>Worst slice per metric</h3>"
-               + _table(["metric", "segment", "rows", "value"], worst_rows) if worst_rows
-               else ""))
+               + _table(["metric", "segment", "rows", "value", "undefined in"], worst_rows)
+               if worst_rows else ""))
 
 
 def _fairness(ev: Mapping[str, Any]) -> str:
     fair = ev.get("fairness")
     if not fair:
         return ""
-    gaps = _table(["gap", "value"], [
-        ["demographic parity difference", _num(fair["demographic_parity_difference"])],
-        ["equal opportunity difference", _num(fair["equal_opportunity_difference"])]])
+    intervals = fair.get("intervals") or {}
+    gap_rows = []
+    for key, title in (("demographic_parity_difference", "demographic parity difference"),
+                       ("equal_opportunity_difference", "equal opportunity difference")):
+        ci = intervals.get(key) or {}
+        gap_rows.append([_e(title), _num(fair[key]), _num(ci.get("ci_low")),
+                         _num(ci.get("ci_high"))] if intervals else [_e(title), _num(fair[key])])
+    gaps = _table(["gap", "value", "CI low", "CI high"] if intervals else ["gap", "value"],
+                  gap_rows)
     rows = [[_e(g["group"]), str(int(g["n"])), "too small" if g["too_small"] else "",
              _num(g["positive_rate"]), _num(g["true_positive_rate"])] for g in fair["groups"]]
+    left = fair.get("left_out") or {}
+    notes = [f"positive label: {_e(fair['positive_label'])}; gaps are max - min over the groups "
+             f"of at least {_e(fair.get('min_size'))} rows"]
+    if left.get("too_small"):
+        notes.append("left out as too small: " + _e(", ".join(left["too_small"])))
+    if left.get("no_positives"):
+        notes.append("left out of equal opportunity (no positive rows): "
+                     + _e(", ".join(left["no_positives"])))
+    if fair.get("interval"):
+        notes.append(f"intervals: {float(fair['interval']['confidence']) * 100:g}% "
+                     f"{_e(fair['interval']['method'])}")
     return (f"<h2>Fairness over {_e(fair['sensitive'])}</h2>"
-            f'<p class="meta">positive label: {_e(fair["positive_label"])}; gaps are max - min '
-            "over groups.</p>" + gaps
+            f'<p class="meta">{"; ".join(notes)}.</p>' + gaps
             + _table(["group", "rows", "", "positive rate", "true positive rate"], rows))
 
 

@@ -5,7 +5,18 @@ by value, a numeric one with more distinct values than ``bins`` into quantile
 bins labelled ``age∈[30, 45)`` (the last bin closed), and missing values into
 their own ``age=missing`` segment. Segments smaller than ``min_size`` are
 kept in the table, flagged ``too_small``, and never chosen as the worst slice:
-hiding them would hide exactly the groups a model serves worst.
+hiding them would hide exactly the groups a model serves worst. Nor are they
+counted in the fairness gaps, where a 3-row group would decide the gap; both
+list what they left out.
+
+Each fairness gap (max - min of a per-group rate) gets an interval from
+simultaneous Wilson intervals of the group rates (Bonferroni: each at level
+1 - alpha/G for G groups). If every group rate lies in its interval, which
+happens with probability at least the confidence, the gap lies between
+max(0, max lower - min upper) and max upper - min lower. A percentile bootstrap
+of max - min cannot do this: its lower bound sits above 0 whenever the groups
+differ by chance, so a gap that is truly 0 is almost never covered
+(bench/bench_fairness_intervals.py measures both).
 """
 
 from __future__ import annotations
@@ -68,8 +79,14 @@ def _missing(values: Array) -> Array:
     return np.zeros(values.shape[0], dtype=bool)
 
 
-def _fmt(v: float) -> str:
-    return format(float(v), ".4g")
+def _edge_texts(edges: Array) -> list[str]:
+    """Bin edges as short text, with as many significant digits (4 at least) as it takes
+    for distinct edges to read differently: 100000 and 100004 are not both ``1e+05``."""
+    for digits in range(4, 18):  # 17 significant digits tell any two float64s apart
+        texts = [format(float(v), f".{digits}g") for v in edges]
+        if len(set(texts)) == len(texts):
+            return texts
+    return [repr(float(v)) for v in edges]  # not reached: np.unique made the edges distinct
 
 
 def segments(values: Array, column: str, bins: int = 4) -> list[tuple[str, Array]]:
@@ -96,10 +113,11 @@ def _numeric_segments(values: Array, missing: Array, column: str,
     present = values[~missing]
     edges = np.unique(np.quantile(present, np.linspace(0.0, 1.0, bins + 1)))
     ids = np.searchsorted(edges[1:-1], np.where(missing, edges[0], values), side="right")
+    text = _edge_texts(edges)
     out = []
     for i in range(len(edges) - 1):
         close = "]" if i == len(edges) - 2 else ")"
-        label = f"{column}∈[{_fmt(edges[i])}, {_fmt(edges[i + 1])}{close}"
+        label = f"{column}∈[{text[i]}, {text[i + 1]}{close}"
         mask = (ids == i) & ~missing
         if mask.any():
             out.append((label, mask))
@@ -134,41 +152,96 @@ def slice_table(p: Prepared, X: Any, columns: Sequence[str], *, bins: int,
 
 
 def worst_slices(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
-    """For each slice metric, the segment (of sufficient size) where it is worst."""
+    """For each slice metric, the segment where it is worst, among those of sufficient
+    size where it is defined. The segments left out are listed beside it: ``too_small``
+    and ``undefined`` (e.g. F1 of a segment with no positive row or prediction). When
+    no segment is left, the entry's segment and value are None (a gate on it fails as
+    undefined)."""
     out: dict[str, dict[str, Any]] = {}
     for row in rows:
-        if row["too_small"]:
-            continue
         for name, value in row["metrics"].items():
-            if value is None:
-                continue
-            best = out.get(name)
-            higher = METRICS[name].higher_is_better
-            if best is None or (value < best["value"] if higher else value > best["value"]):
-                out[name] = {"column": row["column"], "segment": row["segment"],
-                             "n": row["n"], "value": value}
+            worst = out.setdefault(name, {"column": None, "segment": None, "n": None,
+                                          "value": None, "too_small": [], "undefined": []})
+            if row["too_small"]:
+                worst["too_small"].append(row["segment"])
+            elif value is None:
+                worst["undefined"].append(row["segment"])
+            elif worst["value"] is None or (value < worst["value"]
+                                            if METRICS[name].higher_is_better
+                                            else value > worst["value"]):
+                worst.update(column=row["column"], segment=row["segment"], n=row["n"],
+                             value=value)
     return out
 
 
-def fairness(p: Prepared, X: Any, sensitive: str, *, bins: int, min_size: int) -> dict[str, Any]:
+FAIRNESS_INTERVAL_METHOD = "simultaneous Wilson (Bonferroni over groups)"
+
+
+def fairness(p: Prepared, X: Any, sensitive: str, *, bins: int, min_size: int,
+             confidence: float | None = None) -> dict[str, Any]:
     """Per-group positive-prediction rate and true-positive rate over ``sensitive``, and
-    the gaps: demographic parity difference and equal opportunity difference (max - min)."""
+    the gaps between the groups of at least ``min_size`` rows: demographic parity
+    difference and equal opportunity difference (max - min; None with fewer than two
+    groups to compare). With ``confidence``, an interval for each gap.
+
+    Example:
+        >>> from reprise.evaluate._inputs import prepare
+        >>> fair = fairness(prepare([1, 0, 1, 0, 1, 0], [1, 0, 1, 1, 1, 1]),
+        ...                 {"g": list("aabbcc")}, "g", bins=4, min_size=2)
+        >>> fair["demographic_parity_difference"], fair["left_out"]
+        (0.5, {'too_small': [], 'no_positives': []})
+    """
     if p.positive is None:
         raise UserError(f"fairness gaps are defined for binary classification; this is a "
                         f"{p.task} evaluation. Drop sensitive=, or evaluate one class against "
                         "the rest.")
     groups: list[dict[str, Any]] = []
-    rates: list[float] = []
-    tprs: list[float] = []
     for label, mask in segments(column_values(X, sensitive, p.n), sensitive, bins):
         pred_pos = p.pred[mask] == p.positive
         actual_pos = p.y[mask] == p.positive
-        tpr = float(pred_pos[actual_pos].mean()) if actual_pos.any() else None
-        rates.append(float(pred_pos.mean()))
-        tprs.extend([] if tpr is None else [tpr])
-        groups.append({"group": label, "n": int(mask.sum()),
-                       "too_small": bool(mask.sum() < min_size), "positive_rate": rates[-1],
-                       "true_positive_rate": tpr})
-    return {"sensitive": sensitive, "positive_label": p.labels[p.positive], "groups": groups,
-            "demographic_parity_difference": float(max(rates) - min(rates)),
-            "equal_opportunity_difference": float(max(tprs) - min(tprs)) if tprs else None}
+        n, positives = int(mask.sum()), int(actual_pos.sum())
+        groups.append({"group": label, "n": n, "too_small": n < min_size,
+                       "positive_rate": float(pred_pos.mean()),
+                       "true_positive_rate": (float(pred_pos[actual_pos].mean()) if positives
+                                              else None),
+                       "predicted_positive": int(pred_pos.sum()), "positives": positives,
+                       "true_positives": int((pred_pos & actual_pos).sum())})
+    kept = [g for g in groups if not g["too_small"]]
+    with_positives = [g for g in kept if g["positives"]]
+    counts = {"demographic_parity_difference":
+              [(g["predicted_positive"], g["n"]) for g in kept],
+              "equal_opportunity_difference":
+              [(g["true_positives"], g["positives"]) for g in with_positives]}
+    out: dict[str, Any] = {
+        "sensitive": sensitive, "positive_label": p.labels[p.positive], "groups": groups,
+        "min_size": min_size,
+        "left_out": {"too_small": [g["group"] for g in groups if g["too_small"]],
+                     "no_positives": [g["group"] for g in kept if not g["positives"]]}}
+    for gap, pairs in counts.items():
+        rates = [k / n for k, n in pairs]
+        out[gap] = float(max(rates) - min(rates)) if len(rates) >= 2 else None
+    if confidence is not None:
+        out["intervals"] = {gap: gap_interval(pairs, confidence) for gap, pairs in counts.items()}
+        out["interval"] = {"method": FAIRNESS_INTERVAL_METHOD, "confidence": confidence}
+    return out
+
+
+def gap_interval(pairs: Sequence[tuple[int, int]], confidence: float) -> dict[str, float | None]:
+    """Interval for max - min of the rates ``k/n`` of ``pairs`` (see the module docstring);
+    None bounds with fewer than two groups.
+
+    Example:
+        >>> ci = gap_interval([(30, 100), (50, 100)], 0.95)
+        >>> 0.0 < ci["ci_low"] < 0.2 < ci["ci_high"] < 0.4
+        True
+    """
+    from scipy.stats import binomtest
+
+    if len(pairs) < 2:
+        return {"ci_low": None, "ci_high": None}
+    level = 1.0 - (1.0 - confidence) / len(pairs)
+    bounds = [binomtest(k, n).proportion_ci(confidence_level=level, method="wilson")
+              for k, n in pairs]
+    lows = [float(b.low) for b in bounds]
+    highs = [float(b.high) for b in bounds]
+    return {"ci_low": max(0.0, max(lows) - min(highs)), "ci_high": max(highs) - min(lows)}
