@@ -83,11 +83,9 @@ class AddResult:
 
 
 def _workspace(workspace: Any) -> Any:
-    if workspace is not None:
-        return workspace
-    from reprise.tracking import open_workspace
+    from reprise.tracking._api import resolve_workspace
 
-    return open_workspace()
+    return resolve_workspace(workspace)
 
 
 def attach_schema(name: str, schema: Any, *, workspace: Any = None) -> tuple[str | None, str | None]:
