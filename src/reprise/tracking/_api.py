@@ -77,8 +77,8 @@ def resolve_workspace(workspace: Workspace | str | os.PathLike[str] | None) -> W
 
     Example:
         >>> import reprise, tempfile
-        >>> root = tempfile.mkdtemp()
-        >>> resolve_workspace(root) is reprise.init(root)
+        >>> ws = reprise.init(tempfile.mkdtemp())
+        >>> resolve_workspace(str(ws.root)) is ws
         True
     """
     if isinstance(workspace, Workspace):
