@@ -143,6 +143,25 @@ def test_jsonl_fields_widen_past_the_first_block(ws: Any, small_blocks: None) ->
         add_dataset("m", mixed, workspace=ws)
 
 
+@pytest.mark.parametrize("late", [
+    {"v": 2.5}, {"v": "2020-01-01T00:00:00.5"}, {"v": "soon"}, {"w": 3}, {"w": [1, 2]},
+])
+def test_jsonl_types_are_arrows_over_the_whole_file(tmp_path: Path, small_blocks: None,
+                                                    late: dict[str, Any]) -> None:
+    import pyarrow.json as pjson
+
+    first = {"v": 1, "w": None} if "v" not in late or isinstance(late["v"], float) \
+        else {"v": "2020-01-01T00:00:00", "w": None}
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"id": i, **first}) + "\n" for i in range(1500))
+                    + json.dumps({"id": 1500, **first, **late}) + "\n")
+    got = _read_all(TabularSource(path, "jsonl"))
+    whole = pjson.read_json(path, read_options=pjson.ReadOptions(block_size=1 << 26)).schema
+    assert got.schema == pa.schema([f.with_type(pa.float64()) if pa.types.is_null(f.type) else f
+                                    for f in whole])
+    assert got.num_rows == 1501
+
+
 # -- 22.4: all-null columns and delimiters ---------------------------------
 
 def test_an_all_null_column_is_double_and_may_fill_later(ws: Any) -> None:

@@ -192,7 +192,8 @@ def infer_jsonl_types(src: TabularSource) -> dict[str, Any]:
         piece, only_spelled = _jsonl_piece_schema(src, chunk)
         spelled |= only_spelled
         try:
-            schema = pa.unify_schemas([schema, piece], promote_options="permissive")
+            schema = pa.unify_schemas(list(_strings_as_text(schema, piece)),
+                                      promote_options="permissive")
         except (pa.ArrowTypeError, pa.ArrowInvalid) as exc:
             m = re.search(r"Field (\S+) has incompatible types: (\S+) vs (\S+)", str(exc))
             what = (f"field {m.group(1)!r} has mixed types: {m.group(2)} in one part of the "
@@ -203,6 +204,28 @@ def infer_jsonl_types(src: TabularSource) -> dict[str, Any]:
     # block holds all of them; one with no value at all is float64
     return {f.name: (pa.string() if f.name in spelled else pa.float64())
             if pa.types.is_null(f.type) else f.type for f in schema}
+
+
+def _strings_as_text(a: Any, b: Any) -> tuple[Any, Any]:
+    """Schemas ``a`` and ``b`` with a field that is a timestamp (or date) in one and text in
+    the other made text in both: JSON wrote both as strings, and Arrow reads a field of
+    such strings as text when they are in one block."""
+    import pyarrow as pa
+    import pyarrow.types as pat
+
+    def stringy(t: Any) -> bool:
+        return bool(pat.is_string(t) or pat.is_large_string(t) or pat.is_timestamp(t)
+                    or pat.is_date(t))
+
+    mixed = {f.name for f in b if f.name in a.names and a.field(f.name).type != f.type
+             and stringy(f.type) and stringy(a.field(f.name).type)}
+    if not mixed:
+        return a, b
+
+    def text(schema: Any) -> Any:
+        return pa.schema([f.with_type(pa.string()) if f.name in mixed else f for f in schema])
+
+    return text(a), text(b)
 
 
 def _jsonl_piece_schema(src: TabularSource, chunk: bytes) -> tuple[Any, set[str]]:
