@@ -54,7 +54,9 @@ def _documented_u(tag: bytes, seed: int, payload: bytes) -> float:
 @pytest.mark.parametrize(("values", "tag", "payloads"), [
     (pa.array([-12, 0, 7, 2**40], pa.int64()), b"int", [b"-12", b"0", b"7", b"1099511627776"]),
     (pa.array(["a", "é", "", "user-1"]), b"str", [b"a", b"\xc3\xa9", b"", b"user-1"]),
-    (pa.array([0.1, 3.0, -2.5, 1e300]), b"float", [b"0.1", b"3.0", b"-2.5", b"1e+300"]),
+    (pa.array([0.1, -2.5, 1.5e-05, float("inf")]), b"float", [b"0.1", b"-2.5", b"1.5e-05", b"inf"]),
+    (pa.array([3.0, -0.0, 1e300], pa.float64()), b"int", [b"3", b"0", b"%d" % int(1e300)]),
+    (pa.array([3.0, -7.0], pa.float32()), b"int", [b"3", b"-7"]),
     (pa.array([True, False]), b"bool", [b"true", b"false"]),
     (pa.array([dt.date(1970, 1, 2), dt.date(1969, 12, 31)]), b"date", [b"1", b"-1"]),
     (pa.array([1, 2], pa.timestamp("s")), b"ts", [b"1000000000", b"2000000000"]),
@@ -64,6 +66,22 @@ def test_encoding_is_the_documented_one(values: pa.Array, tag: bytes, payloads: 
         got = assign_splits(pa.table({"k": values}), by="k", fractions={"a": 0.5, "b": 0.5},
                             seed=seed, as_indices=True)
         assert got.tolist() == [int(_documented_u(tag, seed, p) >= 0.5) for p in payloads]
+
+
+def test_numeric_keys_hash_by_value_so_an_integer_key_read_as_float_keeps_its_split() -> None:
+    ints = pa.table({"id": list(range(1000)), "x": [i % 7 for i in range(1000)]})
+    floats = pa.table({"id": pa.array(range(1000), pa.float64()),
+                       "x": pa.array([i % 7 for i in range(1000)], pa.float64())})
+    for key in ("id", None):  # a key column, and the whole row
+        assert (assign_splits(ints, by=key) == assign_splits(floats, by=key)).all()
+    # pandas reads an integer column with one missing value as float64
+    frame = pd.DataFrame({"id": [*range(999), None]})
+    assert (assign_splits(frame.iloc[:999], by="id") == assign_splits(ints.slice(0, 999), by="id")).all()
+    # a fraction keeps its own value: 2.5 is neither 2 nor 3
+    mixed = assign_splits(pa.table({"id": [2.0, 2.5, 3.0] * 50}), by="id",
+                          fractions={"a": 0.5, "b": 0.5}, as_indices=True)
+    assert mixed[0] == assign_splits(pa.table({"id": [2]}), by="id",
+                                     fractions={"a": 0.5, "b": 0.5}, as_indices=True)[0]
 
 
 def test_integer_widths_timestamp_units_and_categories_agree() -> None:

@@ -97,6 +97,7 @@ def test_validation_failure_prints_report_exits_2_and_registers_nothing(project:
     (["data", "add", "users", "users.csv", "--format", "xls"], "--format must be one of"),
     (["data", "add", "users", "users.csv", "--schema", "nope.py:schema"], "does not exist"),
     (["data", "schema", "users"], "no schema is attached"),
+    (["data", "add", "users", "users.csv", "--delimiter", ";;"], "must be one character"),
 ])
 def test_user_errors_exit_2(project: Path, args: list[str], needle: str) -> None:
     res = cli(project, *args, check=False)
@@ -149,6 +150,27 @@ def test_na_values_on_the_fast_path_and_through_typer(project: Path,
     shown = js(project, "data", "show", "typed")
     assert shown["meta"]["na_values"] == ["", "-", "NA"]
     assert shown["profile"]["columns"]["city"]["nulls"] == 2  # "null" is a value here
+
+
+def test_delimiter_sniffed_or_given_on_the_fast_path_and_through_typer(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (project / "eu.csv").write_text("id;price;city\n1;2.5;Lyon, FR\n2;3;Paris\n")
+    out = cli(project, "data", "add", "eu", "eu.csv").stdout
+    assert "delimiter ';'" in out, out
+    shown = js(project, "data", "show", "eu")
+    assert shown["meta"]["delimiter"] == ";" and sorted(shown["schema"]) == ["city", "id", "price"]
+    (project / "tabs.txt").write_text("a\tb\n1\t2\n")
+    assert js(project, "data", "add", "tabs", "tabs.txt", "--format", "csv",
+              "--delimiter", "\\t")["delimiter"] == "\t"
+
+    from typer.testing import CliRunner
+
+    from reprise.cli._app import app
+
+    monkeypatch.chdir(project)
+    monkeypatch.delenv("REPRISE_WORKSPACE", raising=False)
+    res = CliRunner().invoke(app, ["data", "add", "one", "eu.csv", "--delimiter", ",", "--json"])
+    assert "looks ';'-delimited" in str(res.exception), res.output  # main() makes it exit 2
 
 
 def test_folder_add_diff_and_checkout(project: Path) -> None:

@@ -273,3 +273,17 @@ def test_lineage_keeps_the_tree_and_the_graph_formats(dag_run: tuple[Path, str])
     assert cli(root, "lineage", run, "--format", "dot").stdout.startswith("digraph")
     bad = cli(root, "lineage", run, "--format", "png")
     assert bad.returncode == 2 and "steps, tree, mermaid, dot, json" in bad.stderr
+
+
+def test_data_show_never_cuts_a_number_at_80_columns(tmp_path: Path) -> None:
+    assert cli(tmp_path, "init").returncode == 0
+    rows = [f"{i},{(-1) ** i * 0.00123456 * (i + 1)},{1.5e9 + i},2020-01-{i % 28 + 1:02d}T10:00:00,"
+            f"{'basic' if i % 2 else 'pro'}" for i in range(40)]
+    (tmp_path / "d.csv").write_text("customer_id,small,big,when,plan\n" + "\n".join(rows) + "\n")
+    assert cli(tmp_path, "data", "add", "d", "d.csv").returncode == 0
+    lines = screen(tmp_path, "data", "show", "d")
+    text = "\n".join(lines)
+    assert "…" not in text and max(map(len, lines)) <= 80, text
+    for whole in ("-0.04938", "0.04815", "1.5e+09", "2020-01-01T10:00:00", "2020-01-28T10:00:00",
+                  "customer_id"):
+        assert whole in text, text

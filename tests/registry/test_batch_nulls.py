@@ -72,3 +72,17 @@ def test_served_json_null_is_the_null_and_strings_stay_strings() -> None:
     checked = sig.validate_columns({"city": [None, "NA", "Rome"]})
     assert checked.ok and checked.out_of_range == {"city": 1}
     assert checked.columns["city"].tolist() == [None, "NA", "Rome"]
+
+
+def test_an_input_whose_types_widen_past_the_first_block_is_predicted_whole(
+        ws: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from reprise.registry import _batch
+
+    monkeypatch.setattr(_batch, "_BLOCK", 1 << 12)
+    register_package("pts", trained(ws), workspace=ws)
+    src = tmp_path / "in.csv"
+    rows = [f"{i},,{i % 11}" for i in range(2000)] + ["2000,0.5,3"]  # a: empty until its 0.5
+    src.write_text("id,a,b\n" + "\n".join(rows) + "\n")
+    assert src.stat().st_size > 3 * (1 << 12)
+    res = predict_file("pts:1", str(src), tmp_path / "out.parquet", workspace=ws)
+    assert res.rows == 2001

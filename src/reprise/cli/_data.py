@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from reprise.cli import _render as render
-from reprise.cli._fast import NA_HELP
+from reprise.cli._fast import DELIMITER_HELP, NA_HELP
 from reprise.cli._fast import workspace as _ws
 
 data_app = typer.Typer(help="Versioned, validated datasets: add, list, show, diff, schema.",
@@ -35,6 +35,8 @@ def add(
         "copying (the files become read-only).")] = False,
     na_values: Annotated[str | None, typer.Option(
         "--na-values", help=NA_HELP)] = None,
+    delimiter: Annotated[str | None, typer.Option(
+        "--delimiter", help=DELIMITER_HELP)] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Register PATH as the next version NAME@N (unchanged content keeps the current one)."""
@@ -42,7 +44,8 @@ def add(
 
     code = data_add_command(name, str(path), schema=schema, quarantine=quarantine, fmt=fmt,
                             encoding=encoding, allow_type_change=allow_type_change,
-                            as_json=as_json, link=link, na_values=na_values)
+                            as_json=as_json, link=link, na_values=na_values,
+                            delimiter=delimiter)
     if code:
         raise typer.Exit(code)
 

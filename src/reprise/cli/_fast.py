@@ -22,13 +22,16 @@ from typing import Any
 
 from reprise.cli import _listing
 
-__all__ = ["NA_HELP", "PROGRESS_MODES", "Parser", "data_add_command", "dispatch", "parsers",
-           "run_command", "serve_command", "workspace"]
+__all__ = ["DELIMITER_HELP", "NA_HELP", "PROGRESS_MODES", "Parser", "data_add_command", "dispatch",
+           "parsers", "run_command", "serve_command", "workspace"]
 
 PROGRESS_MODES = ("auto", "live", "lines", "none")
 NA_HELP = ("Text meaning a missing value in CSV/TSV/JSON Lines, in every column, separated by "
            "commas ('NA,,-'; 'default,?' adds to the defaults; 'none'). Default: pandas' "
            "spellings (NA, null, N/A, NaN, empty...).")
+DELIMITER_HELP = ("Field delimiter of a CSV file: one character, '\\t' for a tab. Default: a tab "
+                  "for .tsv, else a comma unless the file's first lines split evenly only on "
+                  "';', a tab or '|'.")
 
 
 def workspace() -> Any:
@@ -73,7 +76,8 @@ def run_command(target: str, *, params: list[str], seed: int, workers: int | Non
 
 def data_add_command(name: str, path: str, *, schema: str | None, quarantine: bool,
                      fmt: str | None, encoding: str, allow_type_change: bool,
-                     as_json: bool, link: bool = False, na_values: str | None = None) -> int:
+                     as_json: bool, link: bool = False, na_values: str | None = None,
+                     delimiter: str | None = None) -> int:
     """Register a dataset version from the command line; return the exit code."""
     from reprise.cli._render import human_bytes, print_json
     from reprise.core._nulls import parse_na_values
@@ -82,14 +86,18 @@ def data_add_command(name: str, path: str, *, schema: str | None, quarantine: bo
     res = add_dataset(name, path, workspace=workspace(), schema=schema,
                       quarantine=quarantine, fmt=fmt, encoding=encoding,
                       allow_type_change=allow_type_change, link=link,
-                      na_values=parse_na_values(na_values))
+                      na_values=parse_na_values(na_values), delimiter=delimiter)
     rec = res.record
     if as_json:
         print_json({"dataset": rec.ref, "created": res.created, "hash": rec.artifact_hash,
                     "rows": rec.rows, "format": rec.format, "quarantine": res.quarantine,
+                    "delimiter": rec.meta.get("delimiter"),
                     "validation": None if res.report is None else res.report.to_dict()})
         return 0
     rows = "" if rec.rows is None else f", {rec.rows} rows"
+    sep = rec.meta.get("delimiter")
+    if sep is not None and sep != ("\t" if ".tsv" in path.lower() else ","):
+        rows += ", delimiter " + ("tab" if sep == "\t" else repr(sep))  # sniffed or given
     if res.created:
         print(f"added {rec.ref} ({rec.format}{rows}, {human_bytes(rec.meta['size'])})")
     else:
@@ -163,6 +171,7 @@ def _data_add_parser() -> argparse.ArgumentParser:
     ap.add_argument("--allow-type-change", action="store_true")
     ap.add_argument("--link", action="store_true")
     ap.add_argument("--na-values", default=None)
+    ap.add_argument("--delimiter", default=None)
     ap.add_argument("--json", action="store_true", dest="as_json")
     return ap
 
@@ -205,7 +214,8 @@ def _fast_run(argv: list[str]) -> int:
 
 
 def _fast_data_add(argv: list[str]) -> int:
-    return data_add_command(**vars(_data_add_parser().parse_args(_glued(argv, "--na-values"))))
+    return data_add_command(**vars(_data_add_parser().parse_args(
+        _glued(_glued(argv, "--na-values"), "--delimiter"))))
 
 
 def _glued(argv: list[str], option: str) -> list[str]:

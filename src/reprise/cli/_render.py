@@ -344,17 +344,74 @@ def dataset_detail(rec: Any) -> None:
     profile = rec.profile or {}
     columns = profile.get("columns") or {}
     if columns:
-        rows = []
-        for name, c in columns.items():
-            top = c.get("top") or []
-            tops = ", ".join(f"{v}({n})" for v, n in top[:3]) if top else ""
-            rows.append([name, c.get("type"), c.get("nulls"), c.get("distinct"), c.get("min"),
-                         c.get("max"), c.get("mean"), c.get("std"), tops])
-        table(["column", "type", "nulls", "distinct", "min", "max", "mean", "std", "top"], rows,
-              title="profile")
+        profile_columns(con, columns)
     elif profile:
         con.print("profile " + json.dumps({k: v for k, v in profile.items()
                                            if k != "format_version"}, default=str))
+
+
+_PROFILE = ("column", "type", "nulls", "distinct", "min", "max", "mean", "std", "top")
+_WHOLE = _PROFILE[:8]  # names, type names, numbers and dates: never cut, never wrapped
+
+
+def _stat(value: Any) -> str:
+    """A statistic, short: floats to 4 significant digits (``-0.0039``, ``9.993e+08``),
+    integers whole (an id's digits are its value), dates as stored."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def profile_columns(con: Any, columns: dict[str, Any]) -> None:
+    """A profile as a table when its numbers fit the terminal whole; otherwise one
+    block per column (name and type, then ``stat value`` pairs wrapped between pairs),
+    so that no number or date is ever cut (``-0.003…``)."""
+    rows, top_width = [], 0
+    for name, c in columns.items():
+        tops = [f"{v}({n})" for v, n in (c.get("top") or [])[:3]]
+        top_width = max([top_width, *map(len, tops)])  # the top column wraps between values
+        rows.append([str(name), *(_stat(c.get(k)) for k in _PROFILE[1:8]), ", ".join(tops)])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(_PROFILE)]
+    need = sum(w for h, w in zip(_PROFILE, widths, strict=True) if h in _WHOLE) \
+        + max(top_width + 1, len("top")) + 2 * (len(_PROFILE) - 1)
+    if need <= con.width:
+        from rich.table import Table
+        from rich.text import Text
+
+        t = Table(box=None, header_style="bold", title="profile", title_justify="left",
+                  padding=(0, 1), pad_edge=False)
+        for h, w in zip(_PROFILE, widths, strict=True):
+            whole = h in _WHOLE
+            t.add_column(h, no_wrap=whole, min_width=w if whole else top_width + 1,
+                         overflow="fold")
+        for row in rows:
+            t.add_row(*(Text(v) for v in row))
+        con.print(t)
+        return
+    from rich.markup import escape
+
+    con.print("[bold]profile[/]")
+    for row in rows:
+        con.print(f"[bold]{escape(row[0])}[/]  {escape(row[1])}", overflow="fold")
+        pairs = [f"{h} {v}" for h, v in zip(_PROFILE[2:8], row[2:8], strict=True) if v != "-"]
+        for line in _pack(pairs, con.width - 2):
+            con.print("  " + line, markup=False, highlight=False, overflow="fold")
+        if row[-1]:
+            con.print("  top " + row[-1], markup=False, highlight=False, overflow="fold")
+
+
+def _pack(pairs: list[str], width: int) -> list[str]:
+    """``pairs`` on lines of at most ``width`` characters, two spaces apart, breaking
+    only between pairs (a pair wider than a line gets a line of its own)."""
+    lines: list[str] = []
+    for pair in pairs:
+        if lines and len(lines[-1]) + 2 + len(pair) <= width:
+            lines[-1] += "  " + pair
+        else:
+            lines.append(pair)
+    return lines
 
 
 def dataset_diff(d: dict[str, Any]) -> None:

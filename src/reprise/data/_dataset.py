@@ -27,8 +27,10 @@ from reprise.data._formats import (
     TABULAR_FORMATS,
     DataFormatError,
     TabularSource,
+    check_delimiter,
     compression_of,
     detect_format,
+    read_whole,
 )
 
 __all__ = [
@@ -83,11 +85,9 @@ class AddResult:
 
 
 def _workspace(workspace: Any) -> Any:
-    if workspace is not None:
-        return workspace
-    from reprise.tracking import open_workspace
+    from reprise.tracking._api import resolve_workspace
 
-    return open_workspace()
+    return resolve_workspace(workspace)
 
 
 def attach_schema(name: str, schema: Any, *, workspace: Any = None) -> tuple[str | None, str | None]:
@@ -118,7 +118,8 @@ def _relative_ref(ref: str, root: Path) -> str:
 def add_dataset(name: str, source: Any, *, workspace: Any = None, schema: Any = None,
                 quarantine: bool = False, fmt: str | None = None, encoding: str = "utf-8",
                 allow_type_change: bool = False, batch_rows: int = BATCH_ROWS,
-                link: bool = False, na_values: Any = None) -> AddResult:
+                link: bool = False, na_values: Any = None,
+                delimiter: str | None = None) -> AddResult:
     """Register ``source`` (a file, a directory, a pandas DataFrame or an Arrow table) as
     the next version of ``name``; unchanged content returns the newest version.
 
@@ -131,20 +132,28 @@ def add_dataset(name: str, source: Any, *, workspace: Any = None, schema: Any = 
     ``na_values``: the text that means a missing value in CSV/TSV and JSON Lines, in
     every column (default: pandas' spellings, ``reprise.data.NA_VALUES``); recorded on
     the version, which is always read back with them.
+
+    ``delimiter``: a CSV file's field delimiter (default: a tab for ``.tsv`` names,
+    else a comma unless the file's start shows that only ``;``, tab or ``|`` splits
+    its rows evenly); recorded on the version, as are the column types, which are
+    inferred over the whole file (see ``reprise.data._infer``).
     """
     validate_name(name)
     ws = _workspace(workspace)
     meta = ws.metadata
+    delimiter = check_delimiter(delimiter)
     with tempfile.TemporaryDirectory(prefix="reprise-data-") as tmp:
         path, fmt, origin = _source_path(source, fmt, Path(tmp))
+        if delimiter is not None and fmt != "csv":
+            raise UserError(f"--delimiter applies to CSV files; {origin} is read as {fmt}.")
         declared, spec_source = _schema_for(name, schema, ws)
         previous = meta.get_dataset_version(name)
         spellings = resolve_na_values(na_values)
         if fmt in TABULAR_FORMATS:
             scan = _scan_tabular(path, fmt, encoding, declared, quarantine, Path(tmp), batch_rows,
-                                 spellings)
+                                 spellings, delimiter)
             if previous is not None and previous.schema and not allow_type_change:
-                _check_type_changes(name, previous, scan.schema)
+                _check_type_changes(name, previous, scan.schema, scan.profile)
             if scan.report is not None and not scan.report.ok and (
                     not quarantine or scan.report.table_level):
                 from reprise.data._validate import ValidationError
@@ -181,7 +190,7 @@ def add_dataset(name: str, source: Any, *, workspace: Any = None, schema: Any = 
             record_meta["compression"] = compression_of(stored_path.name)
         if stored_fmt == "csv":
             record_meta["encoding"] = encoding
-            record_meta["delimiter"] = "\t" if ".tsv" in stored_path.name.lower() else ","
+            record_meta["delimiter"] = scan.delimiter
         if stored_fmt in ("csv", "jsonl"):
             record_meta["na_values"] = list(spellings)
         if spec_source is not None:
@@ -200,7 +209,7 @@ def add_dataset(name: str, source: Any, *, workspace: Any = None, schema: Any = 
                                rows=rows, schema=schema_map, profile=profile, meta=record_meta,
                                created_at=time.time())
         if stored_fmt in ("csv", "jsonl"):
-            _check_same_spellings(name, previous, art.hash, spellings)
+            _check_same_reading(name, previous, art.hash, spellings, record_meta.get("delimiter"))
         stored, created = meta.add_dataset_version(record)
         if created and schema is not None:
             attach_schema(name, schema, workspace=ws)
@@ -269,24 +278,36 @@ class _Scan:
     report: Any = None
     clean_path: Path | None = None
     bad_path: Path | None = None
+    delimiter: str | None = None
 
 
 def _scan_tabular(path: Path, fmt: str, encoding: str, declared: Any, quarantine: bool,
-                  tmp: Path, batch_rows: int, na_values: tuple[str, ...]) -> _Scan:
-    """One pass: read, detect mixed types, validate, quarantine, profile."""
+                  tmp: Path, batch_rows: int, na_values: tuple[str, ...],
+                  delimiter: str | None = None) -> _Scan:
+    """One pass: read, detect mixed types, validate, quarantine, profile (again with
+    wider column types if a later block needs them: ``read_whole``)."""
+    from reprise.data._validate import arrow_column_types
+
+    column_types = arrow_column_types(declared) if declared is not None and fmt == "csv" else None
+    src = TabularSource(path, fmt, encoding=encoding, column_types=column_types,
+                        na_values=na_values, delimiter=delimiter)
+    return read_whole(src, lambda s: _scan_once(s, declared, quarantine, tmp, batch_rows))
+
+
+def _scan_once(src: TabularSource, declared: Any, quarantine: bool, tmp: Path,
+               batch_rows: int) -> _Scan:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from reprise.data._formats import mixed_type_problem
     from reprise.data._profile import profile_batches
-    from reprise.data._validate import StreamValidator, arrow_column_types, text_columns
+    from reprise.data._validate import StreamValidator, text_columns
 
-    column_types = arrow_column_types(declared) if declared is not None and fmt == "csv" else None
-    src = TabularSource(path, fmt, encoding=encoding, column_types=column_types,
-                        na_values=na_values)
+    path = src.path
     skip = text_columns(declared) if declared is not None else set()
     validator = StreamValidator(declared) if declared is not None else None
-    scan = _Scan(report=validator.report if validator else None)
+    scan = _Scan(report=validator.report if validator else None,
+                 delimiter=src.csv_delimiter if src.format == "csv" else None)
     writers: dict[str, Any] = {}
     stream = src.batches(batch_rows)
     first = next(stream, None)
@@ -342,10 +363,14 @@ def _write(writers: dict[str, Any], key: str, path: Path, batch: Any) -> None:
     w.write_batch(batch)
 
 
-def _check_type_changes(name: str, previous: DatasetRecord, new: dict[str, str]) -> None:
+def _check_type_changes(name: str, previous: DatasetRecord, new: dict[str, str],
+                        profile: dict[str, Any] | None) -> None:
+    """Refuse changed column types; a column with no value (in either version) has
+    no type of its own and may take any."""
     old = previous.schema or {}
+    empty = _empty_columns(previous.profile) | _empty_columns(profile)
     changed = [(c, old[c], t) for c, t in new.items() if c in old and old[c] != t
-               and "null" not in (old[c], t)]
+               and "null" not in (old[c], t) and c not in empty]
     if changed:
         desc = ", ".join(f"{c!r} {a} -> {b}" for c, a, b in changed)
         raise DataFormatError(
@@ -353,12 +378,24 @@ def _check_type_changes(name: str, previous: DatasetRecord, new: dict[str, str])
             "--allow-type-change; otherwise fix the export.")
 
 
-def _check_same_spellings(name: str, previous: DatasetRecord | None, artifact_hash: str,
-                          spellings: tuple[str, ...]) -> None:
-    """The same bytes read with other missing-value spellings would be other data, but
-    a name's newest version cannot be re-added with the same bytes: say so."""
+def _empty_columns(profile: dict[str, Any] | None) -> set[str]:
+    columns = (profile or {}).get("columns") or {}
+    return {c for c, p in columns.items() if isinstance(p, dict) and p.get("count") == 0}
+
+
+def _check_same_reading(name: str, previous: DatasetRecord | None, artifact_hash: str,
+                        spellings: tuple[str, ...], delimiter: str | None) -> None:
+    """The same bytes read with other missing-value spellings (or another delimiter)
+    would be other data, but a name's newest version cannot be re-added with the same
+    bytes: say so."""
     if previous is None or previous.artifact_hash != artifact_hash:
         return
+    was = previous.meta.get("delimiter")
+    if delimiter is not None and was is not None and was != delimiter:
+        raise UserError(
+            f"{previous.ref} already holds these bytes, read with the delimiter {was!r}; a "
+            f"version's delimiter cannot change. Add the file under another name to read it "
+            f"with {delimiter!r}.")
     old = resolve_na_values(previous.meta.get("na_values"))
     if old != spellings:
         raise UserError(
@@ -448,6 +485,17 @@ def checkout_dataset(ref: str, dest: str | os.PathLike[str], *, workspace: Any =
     return checkout_folder(ws, get_dataset(ref, workspace=ws), Path(dest))
 
 
+def _recorded_types(record: DatasetRecord) -> dict[str, Any] | None:
+    """A text version's column types as registered (inferred over the whole file, or
+    declared), so it reads back with them wherever its blocks are cut."""
+    from reprise.data._infer import type_from_name
+
+    if record.format not in ("csv", "jsonl") or not record.schema:
+        return None
+    kinds = {name: type_from_name(kind) for name, kind in record.schema.items()}
+    return {name: kind for name, kind in kinds.items() if kind is not None} or None
+
+
 class Dataset:
     """A reference to a dataset version, usable as a pipeline input.
 
@@ -523,7 +571,8 @@ class Dataset:
         spellings = self.na_values if na_values is None else resolve_na_values(na_values)
         return TabularSource(self.path(), self.format, encoding=meta.get("encoding", "utf-8"),
                              delimiter=meta.get("delimiter"), compression=meta.get("compression"),
-                             na_values=spellings).batches(batch_rows)
+                             na_values=spellings,
+                             column_types=_recorded_types(self.record)).batches(batch_rows)
 
     def to_arrow(self) -> Any:
         """The version as one Arrow table; its schema metadata records the spellings

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["null_spelled_strings", "rewrite_jsonl_nulls"]
+__all__ = ["null_spelled_strings", "rewrite_jsonl_nulls", "rewrite_lines"]
 
 
 def null_spelled_strings(batch: Any, spellings: Sequence[str]) -> Any:
@@ -51,6 +51,12 @@ def rewrite_jsonl_nulls(source: Any, spellings: Sequence[str]) -> Iterator[Path]
             for line in lines:
                 f.write(_rewrite_line(line, wanted))
         yield out
+
+
+def rewrite_lines(text: bytes, spellings: Sequence[str]) -> bytes:
+    """:func:`rewrite_jsonl_nulls` for JSON Lines held in memory (a piece of a file)."""
+    wanted = frozenset(spellings)
+    return b"".join(_rewrite_line(line, wanted) for line in text.splitlines(keepends=True))
 
 
 def _rewrite_line(line: bytes, wanted: frozenset[str]) -> bytes:

@@ -6,17 +6,19 @@ a row keeps its split when other rows are added. Python's ``hash()`` is salted
 per process and numpy's random streams may change between versions, so neither
 is used: the key is hashed with BLAKE3 over a byte encoding fixed here.
 
-The encoding (version 1; changing it would move rows between splits)::
+The encoding (version 1.1; changing it would move rows between splits)::
 
     digest = BLAKE3(b"reprise.split.v1" 0x00 TAG 0x00 ascii(decimal(seed)) 0x00 PAYLOAD)
     u      = (int.from_bytes(digest[:8], "big") >> 11) / 2**53        # uniform in [0, 1)
 
 ======================  =========  ===============================================
-column type             TAG        PAYLOAD
+value                   TAG        PAYLOAD
 ======================  =========  ===============================================
-any integer width       ``int``    decimal ASCII (``-12``)
+integer (any width)     ``int``    decimal ASCII (``-12``)
+float with an integer   ``int``    decimal ASCII of that integer (``3.0`` → ``3``)
+value (any width)
+other float             ``float``  ``repr`` of the value as a float64 (``0.1``)
 boolean                 ``bool``   ``true`` / ``false``
-float16/32/64           ``float``  ``repr`` of the value as a float64 (``0.1``)
 string                  ``str``    UTF-8
 binary                  ``bytes``  the bytes
 timestamp (any unit)    ``ts``     decimal nanoseconds since the epoch, UTC
@@ -24,12 +26,21 @@ date                    ``date``   decimal days since 1970-01-01
 dictionary/categorical  the tag and payload of the decoded value
 ======================  =========  ===============================================
 
-The tag makes ``1`` and ``"1"`` different keys: an id column that changes type
-(integers re-read as strings) reshuffles the splits. With no key column the key
-is the whole row: TAG is ``row`` followed, per column in code-point order of
-the names, by 0x00, the UTF-8 name, 0x00 and the column's tag; PAYLOAD is, per
-column in the same order, ``0x00`` for a null, or ``0x01``, the value's payload
-length as 8 big-endian bytes and the payload. Identical rows share a split.
+Numbers hash by value, not by spelling: an integer key re-read as float (``3``
+as ``3.0``, as pandas reads an integer column with a missing value, or as a CSV
+column that gains one ``2.5``) keeps its split. The tag makes ``1`` and ``"1"``
+different keys: an id column that changes to text reshuffles the splits. With no
+key column the key is the whole row: TAG is ``row`` followed, per column in
+code-point order of the names, by 0x00, the UTF-8 name, 0x00 and the column's tag
+(``int`` for integer and float columns alike); PAYLOAD is, per column in the same
+order, ``0x00`` for a null, or ``0x01``, the value's payload length as 8 big-endian
+bytes and the payload. Identical rows share a split.
+
+Version 1.1 changed only floats (version 1 hashed every float as tag ``float``
+and its ``repr``, so ``3.0`` and ``3`` were different keys): float keys with an
+integer value, and whole-row keys of tables with a float column, were assigned
+differently by version 1. Integer, text, boolean, binary, date and timestamp
+keys, and floats with a fraction used as keys, keep their splits.
 """
 
 from __future__ import annotations
@@ -205,9 +216,9 @@ def _encode(column: pa.ChunkedArray, name: str) -> tuple[bytes, list[bytes | Non
         return b"int", column.cast(pa.string()).cast(pa.binary()).to_pylist()
     if pat.is_boolean(kind):
         return b"bool", column.cast(pa.string()).cast(pa.binary()).to_pylist()
-    if pat.is_floating(kind):
-        return b"float", [None if v is None else repr(v).encode() for v in
-                          column.cast(pa.float64()).to_pylist()]
+    if pat.is_floating(kind):  # by value: tag int, with the fractional ones told apart
+        return b"int", [None if v is None else _float_payload(v) for v in
+                        column.cast(pa.float64()).to_pylist()]
     if pat.is_string(kind) or pat.is_large_string(kind) or pat.is_string_view(kind):
         return b"str", column.cast(pa.large_binary()).to_pylist()
     if pat.is_binary(kind) or pat.is_large_binary(kind) or pat.is_fixed_size_binary(kind) \
@@ -221,6 +232,27 @@ def _encode(column: pa.ChunkedArray, name: str) -> tuple[bytes, list[bytes | Non
         return b"date", days.cast(pa.string()).cast(pa.binary()).to_pylist()
     raise UserError(f"column {name!r} has type {kind}, which cannot be a split key; use an "
                     "integer, string, float, boolean, binary, date or timestamp column")
+
+
+def _float_payload(value: float) -> bytes:
+    """An integral float as the integer's decimal (``3.0`` -> ``3``, as the integer 3
+    is hashed), any other (a fraction, inf, nan) as its ``repr``."""
+    return b"%d" % int(value) if value.is_integer() else repr(value).encode()
+
+
+def _key_digests(tag: bytes, seed: int, payloads: Sequence[bytes],
+                 floating: bool) -> npt.NDArray[np.uint64]:
+    """:func:`_digest_all` of a key column; a float column's values without an integer
+    value take the tag ``float`` (their payloads are a ``repr``, never a decimal)."""
+    if not floating:
+        return _digest_all(tag, seed, payloads)
+    integral = np.fromiter((p.lstrip(b"-").isdigit() for p in payloads), dtype=bool,
+                           count=len(payloads))
+    out = np.empty(len(payloads), dtype=np.uint64)
+    pairs = list(zip(payloads, integral, strict=True))
+    out[integral] = _digest_all(b"int", seed, [p for p, i in pairs if i])
+    out[~integral] = _digest_all(b"float", seed, [p for p, i in pairs if not i])
+    return out
 
 
 def _digest_all(tag: bytes, seed: int, payloads: Sequence[bytes]) -> npt.NDArray[np.uint64]:
@@ -240,7 +272,9 @@ def _key_hashes(table: pa.Table, key: str | None, seed: int) -> npt.NDArray[np.u
                             f"{table.num_rows} rows; a split key must be present in every row: "
                             "fill or drop those rows first")
         tag, payloads = _encode(column, key)
-        return _digest_all(tag, seed, payloads)  # type: ignore[arg-type]
+        floating = pat.is_floating(column.type) or (
+            pat.is_dictionary(column.type) and pat.is_floating(column.type.value_type))
+        return _key_digests(tag, seed, payloads, floating)  # type: ignore[arg-type]
     names = sorted(table.column_names)
     if not names:
         raise UserError("the data has no columns to split on")

@@ -63,6 +63,9 @@ def load_report(workspace: Any, run: str, step: str | None = None,
         >>> load_report(ws, r.id)[2][:15]
         b'<!DOCTYPE html>'
     """
+    from reprise.tracking._api import resolve_workspace
+
+    workspace = resolve_workspace(workspace)
     store = workspace.metadata
     workspace.recover()  # a run that just ended may not be ingested yet
     rec = store.get_run(run)

@@ -39,10 +39,9 @@ def baseline_metrics(ref: str, workspace: Any = None) -> dict[str, float]:
     if kind != "run" or not run_ref:
         raise UserError(f"baseline {ref!r} is not a reference Reprise understands; use one of "
                         f"{', '.join(BASELINE_FORMS)} (e.g. baseline='run:01J2Q8').")
-    if workspace is None:
-        from reprise.tracking._api import open_workspace
+    from reprise.tracking._api import resolve_workspace
 
-        workspace = open_workspace()
+    workspace = resolve_workspace(workspace)
     store = workspace.metadata
     workspace.recover()  # a run that just ended may not be ingested yet
     run = store.get_run(run_ref)  # RunNotFoundError / AmbiguousIdError are UserErrors

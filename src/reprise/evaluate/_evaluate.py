@@ -252,11 +252,9 @@ def _log(ev: Evaluation, *, log: bool, report: str | None, prefix: str | None,
 def _history(run_id: str, workspace: Any) -> dict[str, Any]:
     """Training curves of a run: keys under train/ or val/ (or ending in loss), >= 2 points."""
     from reprise.evaluate._curves import downsample
+    from reprise.tracking._api import resolve_workspace
 
-    if workspace is None:
-        from reprise.tracking._api import open_workspace
-
-        workspace = open_workspace()
+    workspace = resolve_workspace(workspace)
     store = workspace.metadata
     workspace.recover()  # catch up a live run's journal, so its points so far are visible
     series: dict[str, tuple[list[int], list[float]]] = {}

@@ -111,14 +111,14 @@ def run_pipeline(pipe: Pipeline, raw_params: Mapping[str, Any], *, seed: int = 0
                  workspace: Any = None, progress: Any = None, steps: Iterable[str] | None = None,
                  executor: Executor | None = None, tags: Mapping[str, str] | None = None,
                  pipeline_ref: str | None = None) -> PipelineResult:
-    from reprise.tracking._api import open_workspace, start_run
+    from reprise.tracking._api import resolve_workspace, start_run
 
     t_begin = time.perf_counter()
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise UserError(f"seed must be an integer, got {seed!r}.")
     if workers is not None and workers < 1:
         raise UserError(f"workers must be at least 1, got {workers}.")
-    ws = workspace if workspace is not None else open_workspace()
+    ws = resolve_workspace(workspace)
     graph = pipe.build(pipe.coerce_params(raw_params))
     force = list(force)
     for label, names in (("--force", force), ("--steps", list(steps or ()))):

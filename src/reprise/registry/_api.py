@@ -22,9 +22,9 @@ __all__ = ["RegistrySource", "archive_model", "audit_log", "delete_model", "desc
 
 
 def _ws(workspace: Any) -> Any:
-    from reprise.tracking._api import open_workspace
+    from reprise.tracking._api import resolve_workspace
 
-    ws = workspace if workspace is not None else open_workspace()
+    ws = resolve_workspace(workspace)
     ws.recover()  # runs journaled lazily (pipelines) are in the database before we look
     return ws
 
@@ -200,9 +200,9 @@ class RegistrySource:
     keeps it for later calls."""
 
     def __init__(self, workspace: Any = None) -> None:
-        from reprise.tracking._api import open_workspace
+        from reprise.tracking._api import resolve_workspace
 
-        self.workspace = workspace if workspace is not None else open_workspace()
+        self.workspace = resolve_workspace(workspace)
         self._loaded: dict[tuple[str, int], _Loaded] = {}
         self._lock = threading.Lock()
 

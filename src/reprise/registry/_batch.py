@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from reprise.core._ids import new_id
 from reprise.core.errors import UserError
@@ -31,6 +31,7 @@ __all__ = ["PredictResult", "predict_file"]
 
 OUTPUT_FORMATS = (".parquet", ".csv")
 _BLOCK = 1 << 20
+T = TypeVar("T")
 
 
 @dataclass
@@ -81,7 +82,7 @@ def predict_file(ref: str, source: str, output: str | os.PathLike[str], *,
                             "output": str(out), "chunk_rows": chunk_rows},
                     tags={"reprise.model": rec.ref})
     with run:
-        rows, flagged = _write(pkg, rec, reader, out, progress)
+        rows, flagged = reader.whole(lambda: _write(pkg, rec, reader, out, progress))
         run.log_metrics({"rows": float(rows), "rows_per_s":
                          rows / max(time.perf_counter() - t0, 1e-9),
                          **{f"out_of_range/{k}": float(v) for k, v in flagged.items()}})
@@ -120,10 +121,23 @@ class _Reader:
         # (measured: ~275 MB live at 8 MiB blocks, ~34 MB at 1 MiB, no slower), and
         # prediction memory must follow the chunk size, not the reader's buffers
         self.na_values = given if given is not None else resolve_na_values(trained_with)
-        src = TabularSource(path, fmt, block_size=_BLOCK, na_values=self.na_values)
+        self.src = TabularSource(path, fmt, block_size=_BLOCK, na_values=self.na_values)
         self.label, self.path = str(path), path
-        self.batches = lambda: src.batches(chunk_rows)
+        self.batches = lambda: self.src.batches(chunk_rows)
         self.total = _parquet_rows(path) if fmt == "parquet" else None
+
+    def whole(self, consume: Callable[[], T]) -> T:
+        """``consume()``, again from the start with wider column types when a later block
+        of a CSV or JSON Lines input needs them (``reprise.data._formats.read_whole``)."""
+        if self.dataset is not None:  # read back with its registered types
+            return consume()
+        from reprise.data._formats import read_whole
+
+        def attempt(src: Any) -> T:
+            self.src = src
+            return consume()
+
+        return read_whole(self.src, attempt)
 
     def chunks(self) -> Iterator[Any]:
         import pyarrow as pa

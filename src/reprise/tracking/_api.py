@@ -9,7 +9,7 @@ from typing import Any
 
 from reprise.core._config import create_workspace, find_workspace
 from reprise.core._types import ArtifactRecord, RunKind
-from reprise.core.errors import NoActiveRunError
+from reprise.core.errors import NoActiveRunError, UserError
 from reprise.store._workspace import Workspace
 from reprise.tracking._run import Run
 
@@ -23,6 +23,7 @@ __all__ = [
     "log_param",
     "log_params",
     "open_workspace",
+    "resolve_workspace",
     "set_tag",
     "start_run",
 ]
@@ -69,6 +70,25 @@ def open_workspace(root: str | os.PathLike[str] | None = None) -> Workspace:
         return ws
 
 
+def resolve_workspace(workspace: Workspace | str | os.PathLike[str] | None) -> Workspace:
+    """What a public function's ``workspace=`` argument means: an open
+    :class:`Workspace` as it is, a path as the workspace at (or above) that folder,
+    None as the one found upwards from the current directory.
+
+    Example:
+        >>> import reprise, tempfile
+        >>> ws = reprise.init(tempfile.mkdtemp())
+        >>> resolve_workspace(str(ws.root)) is ws
+        True
+    """
+    if isinstance(workspace, Workspace):
+        return workspace
+    if workspace is None or isinstance(workspace, str | os.PathLike):
+        return open_workspace(workspace)
+    raise UserError(f"workspace must be a Workspace, a path or None; got a "
+                    f"{type(workspace).__name__}")
+
+
 def init(root: str | os.PathLike[str] | None = None) -> Workspace:
     """Create a workspace at ``root`` (default: the current directory) and open it.
 
@@ -101,7 +121,7 @@ def start_run(
     kind: RunKind | str = RunKind.RUN,
     parent: Run | str | None = None,
     seed: int | None = None,
-    workspace: Workspace | None = None,
+    workspace: Workspace | str | os.PathLike[str] | None = None,
     system_metrics_interval: float | None = None,
     defer_ingest: bool = False,
     run_id: str | None = None,
@@ -124,7 +144,7 @@ def start_run(
         >>> [p.value for p in ws.metadata.get_metrics(run.id, "loss")]
         [1.0, 0.5, 0.3333333333333333]
     """
-    ws = workspace or open_workspace()
+    ws = resolve_workspace(workspace)
     if parent is None:
         parent = _active.top()
     parent_id = parent.id if isinstance(parent, Run) else parent

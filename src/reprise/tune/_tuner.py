@@ -90,9 +90,9 @@ def tune(objective: Any, space: SearchSpace | Mapping[str, Any] | str | None = N
         >>> abs(res.best_params["x"] - 2) < 1.5
         True
     """
-    from reprise.tracking._api import open_workspace
+    from reprise.tracking._api import resolve_workspace
 
-    ws = workspace if workspace is not None else open_workspace()
+    ws = resolve_workspace(workspace)
     obj, default_name = _objective(objective, metric, params, seed, pipeline_workers)
     spc = load_space(space) if space is not None else None
     settings = _settings(ws, default_name, spc, obj, study=study, n_trials=n_trials,
