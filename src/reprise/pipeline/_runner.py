@@ -460,8 +460,14 @@ def _path_record(value: PathInput, raw: dict[str, dict[str, Any]]) -> dict[str, 
 def _pipeline_ref(ws: Any, pipe: Pipeline, mod_file: str | None) -> str:
     if mod_file is None:
         return f"{pipe.module}:{pipe.name}"
-    if "." in pipe.module:  # a package's module: its relative imports need its name
-        return f"{pipe.module}:{pipe.func.__name__}"
+    if "." in pipe.module:
+        # A package's module: its relative imports need its name. Unless the package
+        # holds the workspace: the snapshot, laid out from the root, cannot import it.
+        from reprise.pipeline._walker import _import_folder
+
+        folder = _import_folder(mod_file, pipe.module.split("."))
+        if folder is not None and Path(folder).resolve() not in Path(ws.root).resolve().parents:
+            return f"{pipe.module}:{pipe.func.__name__}"
     try:
         rel = Path(mod_file).relative_to(ws.root).as_posix()
     except ValueError:
