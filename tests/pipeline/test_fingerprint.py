@@ -400,6 +400,13 @@ def test_wrappers_are_seen_through(load: Callable[..., Any]) -> None:
     assert code_fingerprint(functools.wraps(step.direct)(lambda x: x)).hash == plain.hash
 
 
+def test_a_partial_counts_its_function_and_arguments(load: Callable[..., Any]) -> None:
+    step = load()
+    one = code_fingerprint(functools.partial(step.direct, 1))
+    assert any(key.endswith(".step:direct") for key in one.functions)
+    assert code_fingerprint(functools.partial(step.direct, 2)).hash != one.hash
+
+
 def test_fingerprints_are_deterministic_and_repeatable(load: Callable[..., Any]) -> None:
     step = load()
     first = code_fingerprint(step.train)

@@ -179,3 +179,20 @@ def test_two_helpers_of_one_name_stay_apart(fp: Fingerprinter) -> None:
     swapped = fp({"a.py": "FACTOR = 3\n\n\n" + c, "b.py": step,
                   "c.py": textwrap.dedent(HELPERS)}, "b:f")
     assert swapped.hash != base.hash
+
+
+def test_a_recursive_function_moved_keeps_its_key_and_still_sees_itself(
+        fp: Fingerprinter) -> None:
+    code = textwrap.dedent('''
+        def fact(n):
+            return 1 if n <= 1 else n * fact(n - 1)
+
+
+        def other(n):
+            return 1
+    ''')
+    before = fp({"a.py": code}, "a:fact")
+    assert fp({"b.py": code}, "b:fact").hash == before.hash
+    # the name now means another function: no longer a recursion
+    rebound = code + "\n\nfact_impl, fact = fact, other\n"
+    assert fp({"a.py": rebound}, "a:fact_impl").hash != before.hash

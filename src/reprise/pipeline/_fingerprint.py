@@ -105,15 +105,16 @@ def code_fingerprint(func: Callable[..., Any], *,
     """
     walker = _Walker(_roots(user_roots))
     target = _unwrap(func)
-    walker.mark(func)
     if isinstance(target, (types.FunctionType, type)):
         module, name = _code_name(target)
+        walker.start(func, target)
     else:
+        if func is not target:  # marked now, the target itself would not be walked
+            walker.mark(func)
         module = str(getattr(target, "__module__", None) or "<unknown>")
         name = str(getattr(target, "__qualname__", None) or type(target).__qualname__)
     try:
         if isinstance(target, (types.FunctionType, type)):
-            walker.mark(target)
             walker.visit_code(target, root=True)
         else:
             walker.visit(target, module, name, in_module=False)

@@ -92,6 +92,15 @@ class _Walker:
         # a depth-first walk of a large codebase would exceed the recursion limit.
         self._pending: list[types.FunctionType | type] = []
 
+    def start(self, func: object, target: types.FunctionType | type) -> None:
+        """Mark the root (``func``, a step or wrapper around ``target``) as visited,
+        with the descriptors a recursive reference to it resolves to."""
+        desc = _code_desc(":".join(_code_name(target)))
+        for obj in (target, func):
+            if self.mark(obj):
+                self._descs[id(obj)] = desc
+            desc = f"{_type_name(func)} of ({desc})"
+
     def drain(self) -> None:
         while self._pending:
             self.visit_code(self._pending.pop())
@@ -262,7 +271,7 @@ class _Walker:
         if src is None and not redirects:
             self._bindings[key] = None
             return None
-        found: list[str] = []
+        found: list[tuple[str, str]] = []
         for spec in redirects:
             source = sys.modules.get(_absolute(spec, vars(module)) or "")
             if source is not None and self.kind(source) == "user" and spec[2]:
@@ -270,13 +279,15 @@ class _Walker:
                 if label is None:
                     self.visit_module(source)
                     label = f"{source.__name__}:<module>"
-                found.append(label)
-                self.edges.add((key, f"import {spec[2]}", f"binding {_label(label)}"))
+                found.append((spec[2], label))
         if src is None and len(found) == 1:
-            self._bindings[key] = found[0]  # a plain re-export: the binding it names
-        elif src is None:
+            self._bindings[key] = found[0][1]  # a plain re-export: the binding it names
+            return found[0][1]
+        for imported, label in found:  # the statements and imports together bind it
+            self.edges.add((key, f"import {imported}", f"binding {_label(label)}"))
+        if src is None:
             self.functions[key] = hash_value({"redirects": redirects})
-        if src is not None:
+        else:
             if src.identity:
                 self.pinned.add(key)
             self.functions[key] = src.digest or ""
