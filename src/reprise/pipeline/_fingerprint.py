@@ -187,7 +187,10 @@ def is_user_module(module: types.ModuleType | str,
     ``user_roots`` is given) under one of the roots. ``__main__`` always is;
     ``reprise`` never is (it counts as the ``reprise-ml`` distribution). A
     module outside the roots that no installed distribution provides is the
-    user's too, since nothing else would account for its code.
+    user's too, since nothing else would account for its code; so is one of a
+    distribution installed from the user's own source (``pip install -e ./lib``
+    or ``pip install ./lib``: PEP 610 ``direct_url.json``), whose version does not
+    change when that source is edited.
 
     Example:
         >>> is_user_module("json")
