@@ -363,10 +363,13 @@ def test_modules_lists_the_users_files_in_the_closure(
         load: Callable[..., Any], pkg_name: str) -> None:
     step = load()
     pkg_dir = Path(step.__file__).parent
+    # with the __init__ of every package on the way: a snapshot must import the same
     assert code_fingerprint(step.direct).modules == sorted(
-        [str(pkg_dir / "helpers.py"), str(pkg_dir / "step.py")])
+        [str(pkg_dir / "__init__.py"), str(pkg_dir / "helpers.py"), str(pkg_dir / "step.py")])
     assert code_fingerprint(step.via_chain).modules == sorted(
-        [str(pkg_dir / "step.py"), str(pkg_dir / "tools" / "mathx.py")])
+        [str(pkg_dir / "__init__.py"), str(pkg_dir / "step.py"),
+         str(pkg_dir / "tools" / "__init__.py"), str(pkg_dir / "tools" / "mathx.py")])
+    assert code_fingerprint(step.via_chain).import_paths == [str(pkg_dir.parent)]
     fp = code_fingerprint(step.direct, user_roots=[pkg_dir.parent])
     assert all(Path(m).is_absolute() for m in fp.modules)
     assert set(fp.functions) == {f"{pkg_name}.step:direct", f"{pkg_name}.helpers:scale",
@@ -395,6 +398,13 @@ def test_wrappers_are_seen_through(load: Callable[..., Any]) -> None:
     plain = code_fingerprint(step.direct)
     assert code_fingerprint(FakeStep(step.direct)).hash == plain.hash
     assert code_fingerprint(functools.wraps(step.direct)(lambda x: x)).hash == plain.hash
+
+
+def test_a_partial_counts_its_function_and_arguments(load: Callable[..., Any]) -> None:
+    step = load()
+    one = code_fingerprint(functools.partial(step.direct, 1))
+    assert any(key.endswith(".step:direct") for key in one.functions)
+    assert code_fingerprint(functools.partial(step.direct, 2)).hash != one.hash
 
 
 def test_fingerprints_are_deterministic_and_repeatable(load: Callable[..., Any]) -> None:

@@ -122,6 +122,40 @@ def test_params_seed_force_and_no_cache(project: Path) -> None:
     assert len(run_json(project, "--no-cache")["executed"]) == 4
 
 
+def test_a_no_cache_run_stores_what_later_runs_reuse(project: Path) -> None:
+    first = run_json(project, "--no-cache")  # the workspace's first run: the cache is empty
+    assert len(first["executed"]) == 4
+    second = run_json(project)
+    assert second["executed"] == [] and second["outputs"] == first["outputs"]
+
+
+MOVED = '''
+import numpy as np
+from reprise import step
+
+OFFSET = 1.0
+
+
+@step
+def right(x: np.ndarray) -> np.ndarray:
+    return x + OFFSET
+'''
+
+
+def test_a_step_moved_unchanged_to_another_module_is_reused(project: Path) -> None:
+    first = run_json(project)
+    flow = PIPELINE.replace("OFFSET = 1.0\n", "").replace(
+        "@step\ndef right(x: np.ndarray) -> np.ndarray:\n    return x + OFFSET\n", "")
+    assert "right" not in flow.replace("right(x)", "")
+    (project / "moved.py").write_text(textwrap.dedent(MOVED))
+    write_project(project, flow.replace("from helpers import scale",
+                                        "from helpers import scale\nfrom moved import right"))
+    second = run_json(project)
+    assert second["executed"] == [] and second["outputs"] == first["outputs"]
+    (project / "moved.py").write_text(textwrap.dedent(MOVED).replace("1.0", "2.0"))
+    assert sorted(run_json(project)["executed"]) == ["combine", "right"]
+
+
 def test_failure_then_resume(project: Path) -> None:
     broken = PIPELINE.replace("return {\"total\"", "raise RuntimeError('boom')\n    return {\"total\"")
     write_project(project, broken)

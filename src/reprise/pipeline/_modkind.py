@@ -3,6 +3,11 @@ library's, and the distributions (with versions) that a top-level module comes f
 
 A fingerprint walks into the user's modules, counts distributions by version and the
 standard library by the python version; classification is cached per module and roots.
+
+A distribution installed from the user's own source (PEP 610 ``direct_url.json``: a
+local folder, editable or not, or any ``file://`` URL; ``pip install -e ./mylib``) is
+the user's code too: its version does not change when its source is edited, so it is
+fingerprinted by its source like the project's modules.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import json
 import os
 import site
 import sys
@@ -61,6 +67,15 @@ def _kind_unimported(name: str, roots: _Roots) -> _Kind:
 
 
 def _classify(name: str, path: str | None, roots: _Roots) -> _Kind:
+    kind = _classify_location(name, path, roots)
+    top = name.partition(".")[0]
+    if kind == "dist" and top != "reprise" and any(
+            _from_local_source(d) for d in _dists_for_top(top)):
+        return "user"
+    return kind
+
+
+def _classify_location(name: str, path: str | None, roots: _Roots) -> _Kind:
     top = name.partition(".")[0]
     if name == "__main__":
         return "user"
@@ -109,6 +124,26 @@ def _dists_for_top(top: str) -> tuple[str, ...]:
     """Normalised names of the distributions providing top-level package ``top``."""
     dist = distribution_for_module(top)
     return (dist,) if dist is not None else ()
+
+
+@functools.cache
+def _from_local_source(name: str) -> bool:
+    """Whether distribution ``name`` was installed from a local folder or file (PEP 610)."""
+    from importlib import metadata
+
+    try:
+        text = metadata.distribution(name).read_text("direct_url.json")
+    except (metadata.PackageNotFoundError, ValueError):
+        return False
+    try:
+        doc = json.loads(text or "null")
+    except ValueError:
+        return False
+    if not isinstance(doc, dict):
+        return False
+    url = doc.get("url")
+    return isinstance(doc.get("dir_info"), dict) or (
+        isinstance(url, str) and url.lower().startswith("file:"))
 
 
 @functools.cache

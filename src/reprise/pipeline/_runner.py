@@ -140,7 +140,7 @@ def run_pipeline(pipe: Pipeline, raw_params: Mapping[str, Any], *, seed: int = 0
            for n, node in graph.nodes.items()}
     raw_inputs = _hash_path_inputs(graph, hasher, store)
     raw_inputs.update(_resolve_external_inputs(graph, ws))
-    snapshot = _code_snapshot(ws, pipe, fps, store, mod_file)
+    snapshot = _code_snapshot(ws, pipe, fps, store, user_roots, mod_file)
     params_record = {k: (_path_record(v, raw_inputs) if isinstance(v, PathInput)
                          else _external_record(v, raw_inputs) if is_external(v) else v)
                      for k, v in graph.params.items()}
@@ -460,6 +460,14 @@ def _path_record(value: PathInput, raw: dict[str, dict[str, Any]]) -> dict[str, 
 def _pipeline_ref(ws: Any, pipe: Pipeline, mod_file: str | None) -> str:
     if mod_file is None:
         return f"{pipe.module}:{pipe.name}"
+    if "." in pipe.module:
+        # A package's module: its relative imports need its name. Unless the package
+        # holds the workspace: the snapshot, laid out from the root, cannot import it.
+        from reprise.pipeline._walker import _import_folder
+
+        folder = _import_folder(mod_file, pipe.module.split("."))
+        if folder is not None and Path(folder).resolve() not in Path(ws.root).resolve().parents:
+            return f"{pipe.module}:{pipe.func.__name__}"
     try:
         rel = Path(mod_file).relative_to(ws.root).as_posix()
     except ValueError:
@@ -468,14 +476,18 @@ def _pipeline_ref(ws: Any, pipe: Pipeline, mod_file: str | None) -> str:
 
 
 def _code_snapshot(ws: Any, pipe: Pipeline, fps: dict[str, Any], store: Any,
-                   mod_file: str | None) -> dict[str, Any]:
-    """Store the pipeline's own source files (not third-party code) as one artifact."""
+                   user_roots: list[str], mod_file: str | None) -> dict[str, Any]:
+    """Store the pipeline's own source files (not third-party code) as one artifact:
+    those its steps reach, and those of the pipeline function (its module, the modules
+    its body uses, the packages they are in)."""
+    from reprise.pipeline._fingerprint import code_fingerprint, in_path_order
     from reprise.pipeline._snapshot import snapshot_files
 
-    files = set()
-    for fp in fps.values():
+    files, folders = set(), set()
+    for fp in [*fps.values(), code_fingerprint(pipe.func, user_roots=user_roots)]:
         files.update(fp.modules)
+        folders.update(fp.import_paths)
     if mod_file:
         files.add(mod_file)
-    return snapshot_files(sorted(files), Path(ws.root), store)
+    return snapshot_files(sorted(files), Path(ws.root), store, in_path_order(folders))
 

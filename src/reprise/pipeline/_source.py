@@ -8,6 +8,7 @@ and per state of its file (mtime, size).
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import linecache
 import os
@@ -25,15 +26,36 @@ from reprise.core._hashing import hash_bytes, hash_value
 _ImportSpec = tuple[str, int, "str | None"]  # (module, relative level, first attribute)
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
 
+#: Names through which code sees the module it is written in (its name, file, package,
+#: namespace) or runs code the walk cannot follow; also read as attributes
+#: (``f.__module__``, ``sys._getframe()``), and anything under ``inspect``. Code using one
+#: of them may behave differently in another module: its key keeps its module's name.
+IDENTITY_NAMES = frozenset({
+    "__name__", "__file__", "__package__", "__spec__", "__path__", "__loader__",
+    "__cached__", "__builtins__", "__module__", "__globals__", "globals", "vars", "eval",
+    "exec", "__import__", "_getframe", "inspect"})
+
 
 @dataclass(frozen=True)
 class _Source:
-    """A normalised source: its hash, the name chains it uses, its local imports."""
+    """A normalised source: its hash, the name chains it uses (``values``: those used
+    otherwise than called, e.g. passed as an argument), its local imports, and whether
+    it looks at the module it lives in (``identity``, see :data:`IDENTITY_NAMES`)."""
 
     digest: str | None
     chains: tuple[tuple[str, ...], ...] = ()
     imports: tuple[tuple[str, _ImportSpec], ...] = ()
     file: str | None = None
+    identity: bool = False
+    values: frozenset[tuple[str, ...]] = frozenset()
+
+    @functools.cached_property
+    def by_root(self) -> dict[str, list[tuple[tuple[str, ...], str, bool]]]:
+        """The chains by their first name, each with its text and whether it is a value."""
+        out: dict[str, list[tuple[tuple[str, ...], str, bool]]] = {}
+        for chain in self.chains:
+            out.setdefault(chain[0], []).append((chain, ".".join(chain), chain in self.values))
+        return out
 
 
 _SOURCES: dict[int, tuple[weakref.ref[Any], tuple[Any, ...], _Source]] = {}
@@ -129,30 +151,50 @@ def _normalise_tree(tree: ast.AST, file: str | None) -> _Source:
     refs = _Refs()
     refs.visit(tree)
     digest = hash_bytes(ast.dump(tree, annotate_fields=True, include_attributes=False).encode())
-    return _Source(digest, tuple(refs.chains), tuple(refs.imports), file)
+    return _Source(digest, tuple(refs.chains), tuple(refs.imports), file, refs.identity,
+                   frozenset(refs.values))
 
 
 class _Refs(ast.NodeVisitor):
-    """Name chains read (``a``, ``a.b.c``) and names bound by imports."""
+    """Name chains read (``a``, ``a.b.c``), those of them used as values rather than
+    called, names bound by imports, and whether the code shows the module it lives in."""
 
     def __init__(self) -> None:
         self.chains: dict[tuple[str, ...], None] = {}
+        self.values: set[tuple[str, ...]] = set()
         self.imports: list[tuple[str, _ImportSpec]] = []
+        self.identity = False
+
+    def visit_Call(self, node: ast.Call) -> None:
+        chain = _chain(node.func)
+        if chain is not None:
+            self.add(chain, called=True)
+        else:
+            self.visit(node.func)
+        for arg in (*node.args, *node.keywords):
+            self.visit(arg)
 
     def visit_Name(self, node: ast.Name) -> None:
+        if node.id in IDENTITY_NAMES:
+            self.identity = True
         if isinstance(node.ctx, ast.Load):
-            self.chains[(node.id,)] = None
+            self.add((node.id,), called=False)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        parts = [node.attr]
-        value = node.value
-        while isinstance(value, ast.Attribute):
-            parts.append(value.attr)
-            value = value.value
-        if isinstance(value, ast.Name):
-            self.chains[(value.id, *reversed(parts))] = None
+        chain = _chain(node)
+        if chain is None:
+            if node.attr in IDENTITY_NAMES:
+                self.identity = True
+            self.visit(node.value)
         else:
-            self.visit(value)
+            self.add(chain, called=False)
+
+    def add(self, chain: tuple[str, ...], *, called: bool) -> None:
+        if IDENTITY_NAMES.intersection(chain):
+            self.identity = True
+        self.chains[chain] = None
+        if not called:
+            self.values.add(chain)
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
@@ -167,6 +209,17 @@ class _Refs(ast.NodeVisitor):
             if alias.name != "*":
                 spec = (node.module or "", node.level, alias.name)
                 self.imports.append((alias.asname or alias.name, spec))
+
+
+def _chain(node: ast.expr) -> tuple[str, ...] | None:
+    """``("a", "b", "c")`` for ``a.b.c``; None when it does not start at a name."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return (node.id, *reversed(parts))
 
 
 class _ModuleSource:

@@ -194,16 +194,17 @@ def _replay(spec: dict[str, Any]) -> dict[str, Any]:
             params[k] = v["resolved"]
         else:
             params[k] = v
-    if file_part.endswith(".py"):
-        from reprise.pipeline._snapshot import snapshot_path
+    from reprise.pipeline._snapshot import snapshot_path, snapshot_sys_path
 
+    # The snapshot's folders go first: its modules, not the ones installed now (a
+    # library installed with ``pip install -e`` may have been edited since the run).
+    sys.path[:0] = [str(p) for p in snapshot_sys_path(code)]
+    os.chdir(code)
+    if file_part.endswith(".py"):
         rel = snapshot_path(Path(file_part), ws.root) if Path(file_part).is_absolute() \
             else file_part
-        os.chdir(code)
         pipe = load_pipeline(f"{code / rel}:{name}", base=code)
     else:
-        sys.path.insert(0, str(code))
-        os.chdir(code)
         pipe = load_pipeline(ref)
     tags = {"reprise.verify_of": rec.id}
     try:
