@@ -336,6 +336,50 @@ def test_approximate_top_counts_are_bounded_lower_bounds() -> None:
         assert truth[value] - bound <= count <= truth[value]
 
 
+@pytest.fixture
+def small_caps(monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
+    """Exact limits a hundred times lower, so the sketches take over at test sizes."""
+    monkeypatch.setattr(_sketches, "DISTINCT_CAP", 1000)
+    monkeypatch.setattr(_sketches, "MG_CAPACITY", 100)
+    return 1000, 100
+
+
+def test_text_column_beyond_the_cap_over_many_batches(small_caps: tuple[int, int]) -> None:
+    """Issue 22.1: an ID column with more distinct values than the exact limit, spread
+    over several batches, crashed (IndexError) once every count fell to the summary's
+    floor; the count is estimated and the top values degrade to what stands out."""
+    cap, capacity = small_caps
+    rng = np.random.default_rng(12)
+    ids = [f"id-{i:07d}" for i in range(30_000)]
+    values = ids + ["hot"] * 3000 + ["warm"] * 1500
+    order = rng.permutation(len(values))
+    t = pa.table({"u": pa.array(ids + [f"x-{i}" for i in range(4500)]),
+                  "s": pa.array(values).take(pa.array(order))})
+    p = profile_batches(t.schema, t.to_batches(max_chunksize=2000))["columns"]
+    unique = p["u"]
+    assert unique["count"] == 34_500 and unique["distinct_exact"] is False
+    assert abs(unique["distinct"] - 34_500) / 34_500 < 4 / math.sqrt(cap)
+    assert unique["top"] == [] and unique["top_exact"] is False  # nothing stands out
+    col = p["s"]
+    assert col["distinct_exact"] is False and col["top_exact"] is False
+    assert abs(col["distinct"] - 30_002) / 30_002 < 4 / math.sqrt(cap)
+    assert [v for v, _ in col["top"][:2]] == ["hot", "warm"]
+    bound = len(values) / (capacity + 1)
+    for value, count in col["top"][:2]:
+        truth = 3000 if value == "hot" else 1500
+        assert truth - bound <= count <= truth
+    json.dumps(p, allow_nan=False)
+
+
+def test_unique_text_column_at_the_real_limit_over_many_batches() -> None:
+    """The same at the real limit, as ``data add`` reads a big file: batches of 50,000."""
+    n = 2 * DISTINCT_CAP + 50_000
+    t = pa.table({"id": pa.array([f"user-{i:09d}" for i in range(n)])})
+    col = profile_batches(t.schema, t.to_batches(max_chunksize=50_000))["columns"]["id"]
+    assert col["count"] == n and not col["distinct_exact"]
+    assert abs(col["distinct"] - n) / n < 0.02 and col["top"] == []
+
+
 def test_same_input_and_seed_give_the_same_profile(mixed: pa.Table) -> None:
     big = pa.table({"x": np.random.default_rng(1).normal(size=50_000)})
     assert profile_table(mixed, seed=3) == profile_table(mixed, seed=3)

@@ -11,11 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from reprise.data import _sketches
 from reprise.data._sketches import (
     _FEW_VALUES,
-    DISTINCT_CAP,
     FINE_BINS,
-    MG_CAPACITY,
     _Distinct,
     _FineHistogram,
     _RowSample,
@@ -98,7 +97,7 @@ class _TemporalColumn(_Column):
 
     def __init__(self, t: pa.DataType) -> None:
         super().__init__(t)
-        self.distinct = _Distinct(DISTINCT_CAP)
+        self.distinct = _Distinct(_sketches.DISTINCT_CAP)
         self.lo: int | None = None
         self.hi: int | None = None
 
@@ -141,7 +140,7 @@ class _NumericColumn(_Column):
         self.n, self.mean, self.m2 = 0, 0.0, 0.0  # finite values, Chan et al.'s merge
         self.lo: float | int | None = None
         self.hi: float | int | None = None
-        self.distinct = _Distinct(DISTINCT_CAP)
+        self.distinct = _Distinct(_sketches.DISTINCT_CAP)
         self.sample = _RowSample(sample_size, seed)
         self.grid = _FineHistogram()
 
@@ -244,8 +243,8 @@ class _TextColumn(_Column):
         self.kind = "categorical" if pa.types.is_dictionary(t) else "string"
         self.text = _is_text(t.value_type if pa.types.is_dictionary(t) else t)
         self.top_k = top_k
-        self.distinct = _Distinct(DISTINCT_CAP)
-        self.top = _TopCounts(DISTINCT_CAP, max(MG_CAPACITY, 10 * top_k))
+        self.distinct = _Distinct(_sketches.DISTINCT_CAP)
+        self.top = _TopCounts(_sketches.DISTINCT_CAP, max(_sketches.MG_CAPACITY, 10 * top_k))
         self.len_lo: int | None = None
         self.len_hi: int | None = None
         self.len_sum = 0

@@ -17,9 +17,12 @@ import pyarrow.compute as pc
 
 from reprise.data._values import _U64, _Array, _hash_numbers
 
-DISTINCT_CAP = 100_000  # exact distinct counts and exact top counts up to here
+# Exact distinct counts and exact top counts up to DISTINCT_CAP values, then
+# MG_CAPACITY Misra-Gries counters; both are read when a column's profile starts, so a
+# test can lower them to reach the sketches with small data.
+DISTINCT_CAP = 100_000
+MG_CAPACITY = 10_000
 FINE_BINS = 8192  # histogram grid; each grid bin is at most ~1/4096 of the range
-MG_CAPACITY = 10_000  # Misra-Gries counters once a text column has too many values
 BLOCK_ROWS = 1 << 18  # rows per block of sampling priorities (one RNG per block)
 
 
@@ -132,6 +135,8 @@ class _TopCounts:
                floor: int = 0) -> None:
         n_old = len(self.keys)
         keys = np.concatenate((self.keys, bkeys))
+        if not len(keys):  # a batch whose values all fell below the summary's floor
+            return
         order = np.argsort(keys, kind="stable")
         keys, counts = keys[order], np.concatenate((self.counts, bcounts))[order]
         start = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
@@ -143,6 +148,9 @@ class _TopCounts:
             if delta:
                 keep = counts > delta
                 keys, counts, src = keys[keep], counts[keep] - delta, src[keep]
+            if not len(keys):  # every count fell to zero: no value is frequent so far
+                self.keys, self.counts, self.reps = keys, counts, None
+                return
         old = src < n_old
         parts = [reps_of(src[~old] - n_old)]
         if self.reps is not None and old.any():
