@@ -94,7 +94,10 @@ def test_numeric_statistics_are_exact_on_small_tables(mixed: pa.Table) -> None:
         assert col["quantiles_exact"] is True
         counts, edges = np.histogram(x, bins=20, range=(x.min(), x.max()))
         assert col["histogram"]["counts"] == counts.tolist()
-        assert col["histogram"]["edges"] == pytest.approx(edges.tolist())
+        if name == "f":
+            assert col["histogram"]["edges"] == pytest.approx(edges.tolist())
+        else:  # integer edges: where each of numpy's bins starts among the integers
+            assert col["histogram"]["edges"] == [math.ceil(e - 1e-9) for e in edges]
         assert sum(col["histogram"]["counts"]) == col["count"]
     assert p["columns"]["i"]["type"] == "int64" and isinstance(p["columns"]["i"]["min"], int)
 

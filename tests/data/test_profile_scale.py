@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,9 @@ import pytest
 
 import reprise
 from reprise.data import _sketches, add_dataset
+from reprise.data._profile import QUANTILES, profile_batches, profile_table
+
+QS = list(QUANTILES)
 
 
 @pytest.fixture
@@ -32,3 +37,111 @@ def test_data_add_of_an_id_column_beyond_the_exact_limit(ws: Any,
     assert cols["id"]["distinct_exact"] is False and abs(cols["id"]["distinct"] - n) < 0.2 * n
     assert cols["id"]["top"] == []
     assert cols["plan"]["distinct"] == 3 and cols["plan"]["top_exact"] is True
+
+
+# --------------------------------------------------------------------------- 64-bit integers
+
+BIG = 1_500_000_000_000_000_000  # 1.5e18: float64 steps of 256 here
+
+
+def _exact_quantiles(values: list[int]) -> list[Fraction]:
+    """numpy.quantile's linear method, in exact arithmetic."""
+    v = sorted(values)
+    out = []
+    for q in QS:
+        at = Fraction(q) * (len(v) - 1)
+        i = int(at)
+        j = min(i + 1, len(v) - 1)
+        out.append(v[i] + (at - i) * (v[j] - v[i]))
+    return out
+
+
+def _exact_counts(values: list[int], lo: int, hi: int, bins: int = 20) -> list[int]:
+    """numpy.histogram's equal-width bins over [lo, hi], in exact arithmetic."""
+    counts = [0] * bins
+    for v in values:
+        counts[min((v - lo) * bins // (hi - lo), bins - 1) if hi > lo else bins - 1] += 1
+    return counts
+
+
+def _check_integer_column(col: dict[str, Any], values: list[int]) -> None:
+    lo, hi = min(values), max(values)
+    assert (col["min"], col["max"]) == (lo, hi)
+    assert isinstance(col["min"], int) and isinstance(col["max"], int)
+    qs = list(col["quantiles"].values())
+    for got, want in zip(qs, _exact_quantiles(values), strict=True):
+        assert got == (int(want) if want.denominator == 1 else float(want))
+    h = col["histogram"]
+    assert h["edges"][0] == lo and h["edges"][-1] == hi and all(
+        isinstance(e, int) for e in h["edges"])
+    assert h["edges"] == sorted(h["edges"])
+    assert h["counts"] == _exact_counts(values, lo, hi)
+    json.loads(json.dumps(col, allow_nan=False))
+
+
+def test_consecutive_ids_above_2_53_profile_exactly() -> None:
+    """Issue 22.2: 1,000 consecutive database IDs from 1.5e18 raised 'Too many bins'."""
+    ids = [BIG + i for i in range(1000)]
+    t = pa.table({"id": pa.array(ids, pa.int64())})
+    for batches in (t.to_batches(), t.to_batches(max_chunksize=77)):
+        col = profile_batches(t.schema, batches)["columns"]["id"]
+        _check_integer_column(col, ids)
+        assert col["distinct"] == 1000 and col["distinct_exact"]
+        assert col["std"] == pytest.approx(np.arange(1000).std(ddof=1), rel=1e-12)
+        assert col["mean"] == float(Fraction(2 * BIG + 999, 2))
+        assert col["histogram"]["counts"] == [50] * 20
+
+
+def test_int64_and_uint64_extremes() -> None:
+    i64 = np.iinfo(np.int64)
+    signed = [int(i64.min), int(i64.max), 0, -1, 1, int(i64.min) + 1, int(i64.max) - 7] * 3
+    u64 = np.iinfo(np.uint64)
+    unsigned = [0, int(u64.max), 1 << 63, (1 << 63) - 1, int(u64.max) - 1, 12345] * 3
+    t = pa.table({"s": pa.array(signed, pa.int64()),
+                  "u": pa.array(unsigned + [None] * 3, pa.uint64())})
+    p = profile_table(t)["columns"]
+    _check_integer_column(p["s"], signed)
+    _check_integer_column(p["u"], unsigned)
+    assert p["u"]["nulls"] == 3 and p["u"]["distinct"] == 6
+    assert p["s"]["distinct"] == 7 and p["s"]["mean"] is not None
+
+
+def test_big_integers_above_the_sample_size_use_an_exact_integer_grid() -> None:
+    rng = np.random.default_rng(21)
+    near = BIG + rng.integers(0, 3000, 40_000)  # a range narrower than the grid
+    wide = BIG + rng.integers(0, 10**12, 40_000)  # grid bins of 2**27 integers
+    top = (near - BIG).astype(np.uint64) + np.uint64(1 << 63)  # above int64
+    t = pa.table({"near": near, "wide": wide, "u": top})
+    p = profile_batches(t.schema, t.to_batches(max_chunksize=3001), sample_size=500)["columns"]
+    assert p["near"]["quantiles_exact"] is False
+    for name in ("near", "u"):
+        col, values = p[name], t[name].to_pylist()
+        assert col["histogram"]["exact"] is True
+        assert col["histogram"]["counts"] == _exact_counts(values, min(values), max(values))
+        assert col["min"] == min(values) and col["max"] == max(values)
+    col, values = p["wide"], wide.tolist()
+    truth = np.array(_exact_counts(values, min(values), max(values)))
+    got = np.array(col["histogram"]["counts"])
+    assert col["histogram"]["exact"] is False and got.sum() == len(values)
+    assert np.abs(got - truth).max() <= 0.002 * len(values)  # one grid bin per edge at most
+    for q, want in zip(col["quantiles"].values(), np.quantile(wide - BIG, QS), strict=True):
+        assert abs((q - BIG) - want) < 0.05 * 10**12
+
+
+def test_floats_close_together_far_from_zero_get_fewer_bins_not_an_error() -> None:
+    x = 1e18 + np.array([0.0, 128.0, 256.0, 256.0, 512.0])  # float64 steps of 128 here
+    col = profile_table(pa.table({"x": x}))["columns"]["x"]
+    edges = col["histogram"]["edges"]
+    assert all(a < b for a, b in zip(edges, edges[1:], strict=False))
+    assert sum(col["histogram"]["counts"]) == 5 and len(edges) <= 21
+    one = profile_table(pa.table({"x": [1e18] * 3}))["columns"]["x"]
+    assert sum(one["histogram"]["counts"]) == 3
+
+
+def test_data_add_of_a_csv_with_big_integer_ids(ws: Any, tmp_path: Path) -> None:
+    path = tmp_path / "ids.csv"
+    path.write_text("id,x\n" + "".join(f"{BIG + i},{i % 7}\n" for i in range(1000)))
+    col = add_dataset("ids", path, workspace=ws).record.profile["columns"]["id"]
+    assert (col["min"], col["max"]) == (BIG, BIG + 999)
+    assert col["histogram"]["counts"] == [50] * 20
+    assert col["quantiles"]["0.5"] == float(BIG + Fraction(999, 2))

@@ -32,6 +32,16 @@ def _int64_values(arr: pa.Array) -> _Array:
     return np.asarray(arr.view(width).to_numpy(), dtype=np.int64)
 
 
+def _integer_values(arr: pa.Array) -> tuple[_Array, _Array | None]:
+    """The non-null values of an integer array as int64 (uint64 for unsigned types, so
+    that every value is exact), and the mask of the rows holding them (None: all rows)."""
+    dtype = np.uint64 if pa.types.is_unsigned_integer(arr.type) else np.int64
+    if not arr.null_count:
+        return np.asarray(arr.to_numpy(), dtype=dtype), None
+    valid = np.asarray(arr.is_valid().to_numpy(zero_copy_only=False))
+    return np.asarray(arr.drop_null().to_numpy(), dtype=dtype), valid
+
+
 def _float64_values(arr: pa.Array) -> _Array:
     """The values as float64, NaN where null (zero-copy for a float64 array without nulls)."""
     if arr.null_count == 0 and (pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type)):
