@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
+import textwrap
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -11,10 +15,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import reprise
 from reprise.data import _sketches, add_dataset
+from reprise.data._formats import _NUMBER
 from reprise.data._profile import QUANTILES, profile_batches, profile_table
+from reprise.data._values import _maybe_number_or_blank
 
 QS = list(QUANTILES)
 
@@ -145,3 +153,37 @@ def test_data_add_of_a_csv_with_big_integer_ids(ws: Any, tmp_path: Path) -> None
     assert (col["min"], col["max"]) == (BIG, BIG + 999)
     assert col["histogram"]["counts"] == [50] * 20
     assert col["quantiles"]["0.5"] == float(BIG + Fraction(999, 2))
+
+
+def test_data_add_of_a_csv_does_not_import_pandas(tmp_path: Path) -> None:
+    """pandas' import is a third of a second of every ``data add`` (issue 22.5): pyarrow
+    imports it the first time pa.array, pa.scalar or Array.to_numpy runs, so the read,
+    the checks and the profile avoid them (a schema, checked by pandera, still needs it)."""
+    path = tmp_path / "t.csv"
+    rows = [f"{i},{i * 0.5 if i % 3 else ''},u{i:05d},{'abc'[i % 3]},2024-01-{1 + i % 28:02d},"
+            f"{'true' if i % 2 else 'false'},{BIG + i}" for i in range(3000)]
+    path.write_text("id,x,user,plan,day,flag,big\n" + "\n".join(rows) + "\n")
+    code = textwrap.dedent("""
+        import sys
+        import reprise
+        from reprise.data import add_dataset
+        ws = reprise.init(sys.argv[1])
+        rec = add_dataset("t", sys.argv[2], workspace=ws).record
+        assert rec.rows == 3000, rec.rows
+        print(sorted(m for m in sys.modules if m.split(".")[0] == "pandas")[:3])
+    """)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ws"), str(path)],
+                         check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "[]"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet="0123456789+-.eEx \t\u00a0\u3000a-", max_size=12),
+                min_size=1, max_size=40))
+def test_the_mixed_type_prefilter_never_drops_a_number_or_a_blank(values: list[str]) -> None:
+    """The mixed-type check runs its regex only where this cheap test says a value might be
+    a number or blank; it must never say no to one of those."""
+    maybe = _maybe_number_or_blank(pa.array(values))
+    for value, flag in zip(values, maybe.tolist(), strict=True):
+        if re.match(_NUMBER, value) or not value.strip():
+            assert flag, value

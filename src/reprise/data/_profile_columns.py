@@ -25,6 +25,8 @@ from reprise.data._sketches import (
 from reprise.data._values import (
     _CHUNK,
     _Array,
+    _arrow_mask,
+    _arrow_numbers,
     _char_lengths,
     _float64_values,
     _hash_strings,
@@ -33,6 +35,8 @@ from reprise.data._values import (
     _integer_values,
     _is_temporal,
     _is_text,
+    _numpy,
+    _valid_mask,
 )
 
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
@@ -128,7 +132,8 @@ def _temporal_text(v: int | None, t: pa.DataType) -> str | None:
     if v is None:
         return None
     try:
-        obj = pa.scalar(v, pa.int32() if t.bit_width == 32 else pa.int64()).cast(t).as_py()
+        raw = np.array([v], dtype=np.int32 if t.bit_width == 32 else np.int64)
+        obj = _arrow_numbers(raw).view(t)[0].as_py()
     except (ValueError, OverflowError, pa.ArrowException):
         return str(v)  # outside what Python's datetime can hold: show the raw count
     return str(obj.isoformat()) if hasattr(obj, "isoformat") else str(obj)
@@ -250,7 +255,7 @@ class _NumericColumn(_Column):
                 t = tmp[: len(c)]
                 mean = float(c.mean())
                 np.subtract(c, mean, out=t)
-                self._merge_moments(len(c), mean, float(t @ t))
+                self._merge_moments(len(c), mean, _sum_of_squares(t))
 
     def _summarise_integers(self, x: _Array, lo: int, hi: int) -> None:
         """Moments of ``x - ref``: exact differences (as int64) turned into float64."""
@@ -268,7 +273,7 @@ class _NumericColumn(_Column):
                 np.subtract(c, float(self.ref), out=f[:m], casting="unsafe")
             mean = float(f[:m].mean())
             np.subtract(f[:m], mean, out=t[:m])
-            self._merge_moments(m, mean, float(t[:m] @ t[:m]))
+            self._merge_moments(m, mean, _sum_of_squares(t[:m]))
 
     def _merge_moments(self, nb: int, mb: float, m2b: float) -> None:
         n = self.n + nb
@@ -323,6 +328,13 @@ class _NumericColumn(_Column):
         assert isinstance(self.grid, _FineHistogram)
         return {"edges": edges.tolist(), "counts": self.grid.histogram(flo, fhi, edges),
                 "exact": False}
+
+
+def _sum_of_squares(t: _Array) -> float:
+    """``t @ t`` without BLAS (whose threads, woken for every chunk, cost far more than
+    the sum on a busy machine); squares ``t`` in place."""
+    np.multiply(t, t, out=t)
+    return float(t.sum())
 
 
 def _float_edges(lo: float, hi: float, bins: int) -> _Array:
@@ -414,7 +426,7 @@ class _TextColumn(_Column):
             values = vc.field("values")
             keys = _hash_strings(values)
             self.distinct.add(keys)
-            self.top.add_counted(keys, vc.field("counts").to_numpy().astype(np.int64), values)
+            self.top.add_counted(keys, _numpy(vc.field("counts")).astype(np.int64), values)
         else:  # many values: hash every row, sort the hashes once for both summaries
             h = _hash_strings(arr)
             keys, counts = _count_keys(h)
@@ -448,10 +460,10 @@ def _dictionary_counts(arr: pa.Array) -> tuple[pa.Array, _Array]:
     """The distinct values of a dictionary array and how often each occurs."""
     idx = arr.indices
     idx = idx.drop_null() if idx.null_count else idx
-    counts = np.bincount(idx.to_numpy(), minlength=len(arr.dictionary))
+    counts = np.bincount(_numpy(idx), minlength=len(arr.dictionary))
     used = np.flatnonzero(counts)
-    values = arr.dictionary.take(pa.array(used))
+    values = arr.dictionary.take(_arrow_numbers(used))
     if values.null_count:  # a null stored in the dictionary itself: not a value
-        keep = np.asarray(values.is_valid().to_numpy(zero_copy_only=False))
-        values, used = values.filter(pa.array(keep)), used[keep]
+        keep = _valid_mask(values)
+        values, used = values.filter(_arrow_mask(keep)), used[keep]
     return values, counts[used].astype(np.int64)

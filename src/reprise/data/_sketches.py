@@ -15,7 +15,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from reprise.data._values import _CHUNK, _U64, _Array, _hash_numbers
+from reprise.data._values import (
+    _CHUNK,
+    _U64,
+    _Array,
+    _arrow_numbers,
+    _hash_numbers,
+    _numpy,
+    _valid_mask,
+)
 
 # Exact distinct counts and exact top counts up to DISTINCT_CAP values, then
 # MG_CAPACITY Misra-Gries counters; both are read when a column's profile starts, so a
@@ -76,12 +84,11 @@ class _Distinct:
             h = h[h < self.hashes[-1]]
         if not len(h):
             return
-        if not unique_sorted:
-            h = np.unique(h)
+        if not unique_sorted:  # sorting: numpy's unique hashes, slower on random keys
+            h = np.sort(h)
+            h = h[np.concatenate(([True], h[1:] != h[:-1]))]
         if len(self.hashes):
-            merged = np.concatenate((self.hashes, h))
-            merged.sort(kind="stable")  # two sorted runs: Timsort merges them in linear time
-            h = merged[np.concatenate(([True], merged[1:] != merged[:-1]))]
+            h = _merge_sorted(self.hashes, h)
         if len(h) > self.k:
             h, self.overflowed = h[: self.k], True
         self.hashes = h
@@ -91,7 +98,7 @@ class _Distinct:
         if not len(values):
             return
         if not self.overflowed and len(self.hashes) <= _FEW_VALUES and _few(values):
-            values = pc.unique(pa.array(values)).to_numpy()  # fewer to hash: same result
+            values = _numpy(pc.unique(_arrow_numbers(values)))  # fewer to hash: same result
         below = self.hashes[-1] if self.overflowed else None
         self.add(_hash_numbers(values, below))
 
@@ -132,11 +139,28 @@ class _Distinct:
 _BITMAP_RANGE = 1 << 16  # integers counted on a bitmap while their range is this narrow
 
 
+def _merge_sorted(a: _Array, b: _Array) -> _Array:
+    """The union of two sorted arrays without repeats, in linear time plus a binary search
+    of each of b (usually the shorter) in a: no sorting."""
+    at = np.searchsorted(a, b)
+    inside = at < len(a)
+    new = ~inside
+    new[inside] = a[at[inside]] != b[inside]
+    b, at = b[new], at[new]
+    out = np.empty(len(a) + len(b), dtype=a.dtype)
+    dest = at + np.arange(len(b))  # where each new value lands among the merged
+    out[dest] = b
+    keep = np.ones(len(out), dtype=bool)
+    keep[dest] = False
+    out[keep] = a
+    return out
+
+
 def _few(values: _Array) -> bool:
     """Whether a batch looks like it holds few distinct values (a guess that only affects
     speed: Arrow's hash table is fastest then, sorting hashes when values are many)."""
     head = values[: 4 * _FEW_VALUES]
-    return len(pc.unique(pa.array(head))) <= _FEW_VALUES // 4
+    return len(pc.unique(_arrow_numbers(head))) <= _FEW_VALUES // 4
 
 
 class _TopCounts:
@@ -156,7 +180,7 @@ class _TopCounts:
 
     def add_counted(self, keys: _Array, counts: _Array, values: pa.Array) -> None:
         """Merge a batch given as its distinct values (hashed to ``keys``) and their counts."""
-        self._merge(keys, counts, lambda i: values.take(pa.array(i)))
+        self._merge(keys, counts, lambda i: values.take(_arrow_numbers(i)))
 
     def add_rows(self, h: _Array, arr: pa.Array, keys: _Array, counts: _Array) -> None:
         """Merge a batch given as one hash per row of ``arr`` (for batches of many values),
@@ -169,7 +193,7 @@ class _TopCounts:
             keys, counts = keys[keep], counts[keep]
 
         def reps(i: _Array) -> pa.Array:
-            return arr.take(pa.array(_rows_of(h, keys[i])))
+            return arr.take(_arrow_numbers(_rows_of(h, keys[i])))
 
         self._merge(keys, counts, reps, floor)
 
@@ -196,7 +220,7 @@ class _TopCounts:
         old = src < n_old
         parts = [reps_of(src[~old] - n_old)]
         if self.reps is not None and old.any():
-            parts.insert(0, self.reps.take(pa.array(src[old])))
+            parts.insert(0, self.reps.take(_arrow_numbers(src[old])))
         n_kept_old = int(np.count_nonzero(old))
         pos = np.empty(len(keys), dtype=np.int64)
         pos[old] = np.arange(n_kept_old)
@@ -204,12 +228,12 @@ class _TopCounts:
         if len(parts) == 2 and parts[1].type != parts[0].type:
             parts[1] = parts[1].cast(parts[0].type)
         self.keys, self.counts = keys, counts
-        self.reps = pa.concat_arrays(parts).take(pa.array(pos))
+        self.reps = pa.concat_arrays(parts).take(_arrow_numbers(pos))
 
     def most_common(self, k: int) -> list[list[Any]]:
         if self.reps is None or not k or not len(self.keys):
             return []
-        t = pa.table({"c": self.counts, "v": self.reps})
+        t = pa.RecordBatch.from_arrays([_arrow_numbers(self.counts), self.reps], ["c", "v"])
         t = t.sort_by([("c", "descending"), ("v", "ascending")]).slice(0, k)
         return [[_json_safe(v), int(c)] for v, c in zip(t["v"].to_pylist(),
                                                           t["c"].to_pylist(), strict=True)]
@@ -235,10 +259,10 @@ def _kth_largest(counts: _Array, k: int) -> int:
 
 def _rows_of(h: _Array, wanted: _Array) -> _Array:
     """One row index for each wanted hash (any row holding it: they hold the same value)."""
-    idx = pc.index_in(pa.array(h), value_set=pa.array(wanted))
-    valid = np.asarray(idx.is_valid().to_numpy(zero_copy_only=False))
+    idx = pc.index_in(_arrow_numbers(h), value_set=_arrow_numbers(wanted))
+    valid = _valid_mask(idx)
     rows = np.empty(len(wanted), dtype=np.int64)
-    rows[idx.drop_null().to_numpy()] = np.flatnonzero(valid)
+    rows[_numpy(idx.drop_null())] = np.flatnonzero(valid)
     return rows
 
 
