@@ -13,13 +13,13 @@ What is exact and what is estimated, and why:
   formula, which stays accurate where a running ``sum(x**2)`` would cancel.
   ``std`` is the *sample* standard deviation (``ddof=1``), as pandas reports it.
 - ``distinct`` counts 64-bit hashes of the values. Up to :data:`DISTINCT_CAP`
-  distinct values the count is exact (``distinct_exact: true``); beyond, the same
-  bottom-k set of hashes gives a K-Minimum-Values estimate (relative standard error
-  about ``1/sqrt(DISTINCT_CAP)``, 0.3 %). KMV is a mergeable sketch like HyperLogLog;
+  distinct values the count is exact (``distinct_exact: true``); beyond, the
+  :data:`KMV_K` smallest hashes give a K-Minimum-Values estimate (relative standard
+  error about ``1/sqrt(KMV_K)``, 0.8 %). KMV is a mergeable sketch like HyperLogLog;
   it is written here rather than taken from a library because no sketch library we
   trust is among the dependencies, and KMV is a few lines of numpy. Numbers hash
   through a bijection, so their exact counts have no collisions. Integers, dates and
-  times over a narrow range (at most 65,536 apart) are counted on a bitmap instead,
+  times over a narrow range (at most 2**20 apart) are counted on a bitmap instead,
   exactly and without hashing.
 - ``quantiles`` come from a uniform sample of ``sample_size`` values: those of the
   rows with the smallest random priorities (a bottom-k sample). They are exact when a
@@ -53,7 +53,7 @@ treats it. Infinities are values: they count in ``count`` (and in ``inf``) and i
 ``distinct`` but are left out of min, max, mean, std, quantiles and histogram,
 which describe the finite values (and could not be written as JSON otherwise).
 
-Memory per column is fixed: at most :data:`DISTINCT_CAP` hashes, ``2 * sample_size``
+Memory per column is fixed: at most :data:`DISTINCT_CAP` hashes (or a 1 MiB bitmap), ``2 * sample_size``
 sampled values, :data:`FINE_BINS` counts (only for columns with more than
 ``sample_size`` values), and for text :data:`DISTINCT_CAP` (later
 :data:`MG_CAPACITY`) counted values. Beyond that only the batch in flight is held.
@@ -78,7 +78,7 @@ import pyarrow as pa
 
 from reprise.core.errors import ConfigError, InvalidNameError, UserError
 from reprise.data._formats import DataFormatError
-from reprise.data._profile_columns import QUANTILES, _new_column
+from reprise.data._profile_columns import QUANTILES, _Column, _new_column
 from reprise.data._sketches import DISTINCT_CAP, FINE_BINS, _json_safe, _Priorities
 from reprise.data._values import _is_text
 
@@ -136,7 +136,7 @@ def profile_batches(schema: pa.Schema, batches: Iterable[pa.RecordBatch], *, bin
                                "more than once. Rename the duplicates first.")
     cols = [_new_column(f.type, bins=bins, top_k=top_k, sample_size=sample_size)
             for f in schema]
-    priorities = _Priorities(seed) if any(c.sampled for c in cols) else None
+    priorities = _Priorities(seed, sample_size) if any(c.sampled for c in cols) else None
     rows = 0
     # Columns are independent and numpy and Arrow release the GIL in their loops, so the
     # columns of a batch are profiled in parallel; each column's state is only ever
@@ -155,14 +155,17 @@ def profile_batches(schema: pa.Schema, batches: Iterable[pa.RecordBatch], *, bin
             if batch.num_rows == 0:
                 continue
             arrays = [_conform(arr, f.type) for f, arr in zip(schema, batch.columns, strict=True)]
-            prio = priorities.rows(rows, batch.num_rows) if priorities is not None else None
+            picked = priorities.batch(rows, batch.num_rows) if priorities else None
             if pool is None or batch.num_rows < _PARALLEL_ROWS:
                 for col, arr in zip(cols, arrays, strict=True):
-                    col.update(arr, prio)
+                    col.update(arr, picked)
             else:
-                list(pool.map(lambda c, a, p=prio: c.update(a, p), cols, arrays))
+                list(pool.map(lambda c, a, p=picked: c.update(a, p), cols, arrays))
             rows += batch.num_rows
-    columns = {name: _json_safe(col.result()) for name, col in zip(names, cols, strict=True)}
+    columns = {}
+    for i, name in enumerate(names):  # each column's state is let go once summarised
+        columns[name] = _json_safe(cols[i].result())
+        cols[i] = _Column(schema.field(i).type)
     return {"format_version": FORMAT_VERSION, "rows": rows, "columns": columns}
 
 

@@ -5,6 +5,7 @@ sketches and writes its part of the profile as JSON-safe values.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -15,6 +16,7 @@ import pyarrow.compute as pc
 from reprise.data import _sketches
 from reprise.data._sketches import (
     _FEW_VALUES,
+    _BatchRows,
     _count_keys,
     _Distinct,
     _FineHistogram,
@@ -72,8 +74,8 @@ class _Column:
         self.count = 0
         self.nulls = 0
 
-    def update(self, arr: pa.Array, prio: _Array | None) -> None:
-        """Fold in a batch's values; ``prio`` are its rows' sampling priorities
+    def update(self, arr: pa.Array, rows: _BatchRows | None) -> None:
+        """Fold in a batch's values; ``rows`` are its rows' sampling priorities
         (given to columns whose ``sampled`` is true)."""
         self.nulls += arr.null_count
         self.count += len(arr) - arr.null_count
@@ -90,8 +92,8 @@ class _BooleanColumn(_Column):
         super().__init__(t)
         self.true = 0
 
-    def update(self, arr: pa.Array, prio: _Array | None) -> None:
-        super().update(arr, prio)
+    def update(self, arr: pa.Array, rows: _BatchRows | None) -> None:
+        super().update(arr, rows)
         self.true += int(pc.sum(arr).as_py() or 0)
 
     def result(self) -> dict[str, Any]:
@@ -112,8 +114,8 @@ class _TemporalColumn(_Column):
         self.lo: int | None = None
         self.hi: int | None = None
 
-    def update(self, arr: pa.Array, prio: _Array | None) -> None:
-        super().update(arr, prio)
+    def update(self, arr: pa.Array, rows: _BatchRows | None) -> None:
+        super().update(arr, rows)
         if arr.null_count == len(arr):
             return
         ints = _int64_values(arr.drop_null() if arr.null_count else arr)
@@ -163,18 +165,23 @@ class _NumericColumn(_Column):
         self.hi: float | int | None = None
         self.distinct = _Distinct(_sketches.DISTINCT_CAP)
         self.sample = _Sample(sample_size)
-        # counts on a fine grid, for histograms of columns with more than k values; made
-        # when the k-th value is passed, from the sample, which holds all values until then
+        # Until a column has more than k values its sample holds them all, and the
+        # distinct count and the histogram are read off the sample at the end; past k
+        # ("spilled"), what the sample held goes into the distinct sketch and a fine grid
+        # of counts, which then take every batch. A table of many short columns thus
+        # hashes nothing and keeps one copy of its values.
+        self.spilled = False
+        self.infinities: set[float] = set()  # seen before spilling (not in the sample)
         self.grid: _FineHistogram | _IntegerGrid | None = None
 
-    def update(self, arr: pa.Array, prio: _Array | None) -> None:
-        assert prio is not None
+    def update(self, arr: pa.Array, rows: _BatchRows | None) -> None:
+        assert rows is not None
         if self.integer:
-            self._update_integers(arr, prio)
+            self._update_integers(arr, rows)
         else:
-            self._update_floats(arr, prio)
+            self._update_floats(arr, rows)
 
-    def _update_integers(self, arr: pa.Array, prio: _Array) -> None:
+    def _update_integers(self, arr: pa.Array, rows: _BatchRows) -> None:
         n, nulls = len(arr), arr.null_count
         self.nulls += nulls
         self.count += n - nulls
@@ -185,11 +192,10 @@ class _NumericColumn(_Column):
         if self.lo is None:
             self.ref = int(x[0])
         self._range(lo, hi)
-        self.distinct.add_integers(x, lo, hi)
         self._summarise_integers(x, lo, hi)
-        self._sample(x, prio if valid is None else prio[valid])
+        self._fold(x, rows, valid, lambda: self.distinct.add_integers(x, lo, hi))
 
-    def _update_floats(self, arr: pa.Array, prio: _Array) -> None:
+    def _update_floats(self, arr: pa.Array, rows: _BatchRows) -> None:
         n, nulls = len(arr), arr.null_count
         xf = _float64_values(arr)  # NaN where null
         finite: _Array | None = None  # mask of finite values (None: every row)
@@ -212,34 +218,53 @@ class _NumericColumn(_Column):
         self.nan, self.inf = self.nan + nan, self.inf + inf
         if n - nulls - nan == 0:
             return
-        self.distinct.add_numbers(xf if present is None else xf[present])
+
+        def add_distinct() -> None:
+            self.distinct.add_numbers(xf if present is None else xf[present])
+
+        if inf and not self.spilled:
+            self.infinities.update(v for v in (math.inf, -math.inf) if bool((xf == v).any()))
         if not n_fin:
+            if self.spilled:
+                add_distinct()
             return
-        x, p = (xf, prio) if finite is None else (xf[finite], prio[finite])
+        x = xf if finite is None else xf[finite]
         if finite is not None:
             lo, hi = float(x.min()), float(x.max())
         self._range(lo, hi)
         self._summarise(x)
-        self._sample(x, p)
+        self._fold(x, rows, finite, add_distinct)
 
     def _range(self, lo: float | int, hi: float | int) -> None:
         self.lo = lo if self.lo is None else min(lo, self.lo)
         self.hi = hi if self.hi is None else max(hi, self.hi)
 
-    def _sample(self, x: _Array, prio: _Array) -> None:
+    def _fold(self, x: _Array, rows: _BatchRows, valid: _Array | None,
+              add_distinct: Callable[[], None]) -> None:
+        """Add a batch's values (finite, non-null) to the sample, and once the column has
+        more than k values, to the distinct sketch and the grid (``self.n`` counts them)."""
         assert self.lo is not None and self.hi is not None
-        if self.grid is None and self.n > self.k:
+        if not self.spilled and self.n > self.k:
             # more than k values for the first time: the sample still holds every earlier
-            # one (it prunes only past 2k), so the grid starts with exact counts
-            if self.integer:
-                self.grid = _IntegerGrid(x.dtype)
-            else:
-                self.grid = _FineHistogram()
-            for held in self.sample.held():
-                self.grid.add(held, self.lo, self.hi)  # type: ignore[arg-type]
-        if self.grid is not None:
+            # one (it prunes only past 2k), so the sketch and the grid start exact
+            self.spilled = True
+            self.grid = _IntegerGrid(x.dtype) if self.integer else _FineHistogram()
+            held = self.sample.held()
+            for part in held:
+                self.grid.add(part, self.lo, self.hi)  # type: ignore[arg-type]
+            if held:
+                before = np.concatenate(held)
+                if self.integer:
+                    self.distinct.add_integers(before, int(before.min()), int(before.max()))
+                else:
+                    self.distinct.add_numbers(before)
+            if self.infinities:
+                self.distinct.add_numbers(np.array(sorted(self.infinities)))
+        if self.spilled:
+            assert self.grid is not None
             self.grid.add(x, self.lo, self.hi)  # type: ignore[arg-type]
-        self.sample.add(x, prio)
+            add_distinct()
+        self.sample.add(x, rows, valid)
 
     def _summarise(self, x: _Array) -> None:
         """Moments of finite floats, one cache-sized chunk at a time.
@@ -283,7 +308,12 @@ class _NumericColumn(_Column):
         self.n = n
 
     def result(self) -> dict[str, Any]:
-        d, exact = self.distinct.estimate()
+        values = self.sample.values()
+        if self.spilled:
+            d, exact = self.distinct.estimate()
+        else:  # the sample is every value: count them (-0.0 and 0.0 are one, as hashed)
+            d = int(np.count_nonzero(values[1:] != values[:-1])) + int(len(values) > 0)
+            d, exact = d + len(self.infinities), True
         out: dict[str, Any] = {**super().result()}
         if not self.integer:
             out.update(nan=self.nan, inf=self.inf)
@@ -294,7 +324,6 @@ class _NumericColumn(_Column):
                    std=math.sqrt(self.m2 / (self.n - 1)) if self.n > 1 else None,
                    quantiles=None, quantiles_exact=None, histogram=None)
         if self.n and self.lo is not None and self.hi is not None:
-            values = self.sample.values()
             qs = _integer_quantiles(values) if self.integer else _float_quantiles(values)
             out["quantiles"] = dict(zip(map(str, QUANTILES), qs, strict=True))
             out["quantiles_exact"] = len(values) == self.n
@@ -402,8 +431,8 @@ class _TextColumn(_Column):
         self.len_hi: int | None = None
         self.len_sum = 0
 
-    def update(self, arr: pa.Array, prio: _Array | None) -> None:
-        super().update(arr, prio)
+    def update(self, arr: pa.Array, rows: _BatchRows | None) -> None:
+        super().update(arr, rows)
         if arr.null_count == len(arr):
             return
         if pa.types.is_dictionary(arr.type):

@@ -30,6 +30,7 @@ from reprise.data._values import (
 # test can lower them to reach the sketches with small data.
 DISTINCT_CAP = 100_000
 MG_CAPACITY = 10_000
+KMV_K = 16_384  # hashes kept past DISTINCT_CAP: KMV's relative standard error is 1/sqrt(K)
 FINE_BINS = 8192  # histogram grid; each grid bin is at most ~1/4096 of the range
 BLOCK_ROWS = 1 << 18  # rows per block of sampling priorities (one RNG per block)
 
@@ -61,7 +62,13 @@ def _json_safe(value: Any) -> Any:
 
 
 class _Distinct:
-    """The k smallest distinct 64-bit hashes seen: an exact count below k, KMV above.
+    """Distinct values as 64-bit hashes: an exact count up to k, a KMV estimate above.
+
+    Up to k distinct hashes are kept, sorted; past k, only the :data:`KMV_K` smallest,
+    whose largest gives K-Minimum-Values' estimate. Past that point a batch's hashes
+    are first cut to those below the largest kept (a small fraction once many values
+    have passed), and those are merged in only once they add up to KMV_K, so a column
+    of millions of distinct values costs little more than hashing it.
 
     Integers (and dates, times...) over a range of at most :data:`_BITMAP_RANGE` are
     counted exactly on a bitmap instead, one flag per integer of the range, which costs
@@ -71,8 +78,12 @@ class _Distinct:
 
     def __init__(self, k: int) -> None:
         self.k = k
-        self.hashes: _Array = np.empty(0, dtype=_U64)
+        self.sketch_k = max(2, min(k, KMV_K))
+        self.hashes: _Array = np.empty(0, dtype=_U64)  # sorted, without repeats
+        self.pending: list[_Array] = []  # past k: hashes below the cut, not merged yet
+        self.n_pending = 0
         self.overflowed = False
+        self.dedupe_first = True  # whether Arrow's hash table should thin a batch first
         self.flags: _Array | None = None  # bitmap mode: flags[v - base] for each value v
         self.base = 0
         self.bitmap = True  # until a range too wide for it is seen
@@ -82,6 +93,12 @@ class _Distinct:
         """Add hashes (``unique_sorted``: already sorted without repeats)."""
         if self.overflowed:
             h = h[h < self.hashes[-1]]
+            if len(h):
+                self.pending.append(h)
+                self.n_pending += len(h)
+                if self.n_pending >= self.sketch_k:
+                    self._merge_pending()
+            return
         if not len(h):
             return
         if not unique_sorted:  # sorting: numpy's unique hashes, slower on random keys
@@ -90,17 +107,31 @@ class _Distinct:
         if len(self.hashes):
             h = _merge_sorted(self.hashes, h)
         if len(h) > self.k:
-            h, self.overflowed = h[: self.k], True
+            h, self.overflowed = h[: self.sketch_k], True
         self.hashes = h
+
+    def _merge_pending(self) -> None:
+        h = np.sort(np.concatenate(self.pending))
+        h = h[np.concatenate(([True], h[1:] != h[:-1]))]
+        self.hashes = _merge_sorted(self.hashes, h)[: self.sketch_k]
+        self.pending, self.n_pending = [], 0
 
     def add_numbers(self, values: _Array) -> None:
         """Add floats (no NaN) or integers, hashing them a cache-sized chunk at a time."""
-        if not len(values):
+        n = len(values)
+        if not n:
             return
-        if not self.overflowed and len(self.hashes) <= _FEW_VALUES and _few(values):
-            values = _numpy(pc.unique(_arrow_numbers(values)))  # fewer to hash: same result
-        below = self.hashes[-1] if self.overflowed else None
-        self.add(_hash_numbers(values, below))
+        if self.overflowed:
+            self.add(_hash_numbers(values, self.hashes[-1]))
+            return
+        if self.dedupe_first:  # fewer to hash and sort: same result
+            values = _numpy(pc.unique(_arrow_numbers(values)))
+        h = np.sort(_hash_numbers(values))
+        h = h[np.concatenate(([True], h[1:] != h[:-1]))]
+        # a batch mostly of repeats goes through the hash table next time (a guess from
+        # this batch, which only affects speed)
+        self.dedupe_first = len(h) < n // 2
+        self.add(h, unique_sorted=True)
 
     def add_integers(self, values: _Array, lo: int, hi: int) -> None:
         """Add int64 or uint64 values whose least and greatest are ``lo`` and ``hi``."""
@@ -112,7 +143,7 @@ class _Distinct:
             # table of many short columns (1,000 rows, 2,000 columns) stays small
             if hi - lo < min(_BITMAP_RANGE, max(4096, 8 * self.seen)):
                 if self.flags is None or (lo, hi - lo + 1) != (self.base, len(self.flags)):
-                    flags = np.zeros(hi - lo + 1, dtype=bool)  # at most 64 KiB: copy to grow
+                    flags = np.zeros(hi - lo + 1, dtype=bool)  # at most 1 MiB: copy to grow
                     if self.flags is not None:
                         flags[self.base - lo : self.base - lo + len(self.flags)] = self.flags
                     self.flags, self.base = flags, lo
@@ -127,16 +158,18 @@ class _Distinct:
         self.add_numbers(values)
 
     def estimate(self) -> tuple[int, bool]:
-        """(count, exact): KMV's ``(k - 1) / u_k`` once more than k values were seen."""
+        """(count, exact): KMV's ``(K - 1) / u_K`` once more than k values were seen."""
         if self.flags is not None:
             return int(np.count_nonzero(self.flags)), True
         if not self.overflowed:
             return len(self.hashes), True
+        if self.pending:
+            self._merge_pending()
         u_k = (float(self.hashes[-1]) + 1.0) / 2.0**64
-        return round((self.k - 1) / u_k), False
+        return round((len(self.hashes) - 1) / u_k), False
 
 
-_BITMAP_RANGE = 1 << 16  # integers counted on a bitmap while their range is this narrow
+_BITMAP_RANGE = 1 << 20  # integers counted on a bitmap while their range is this narrow
 
 
 def _merge_sorted(a: _Array, b: _Array) -> _Array:
@@ -154,13 +187,6 @@ def _merge_sorted(a: _Array, b: _Array) -> _Array:
     keep[dest] = False
     out[keep] = a
     return out
-
-
-def _few(values: _Array) -> bool:
-    """Whether a batch looks like it holds few distinct values (a guess that only affects
-    speed: Arrow's hash table is fastest then, sorting hashes when values are many)."""
-    head = values[: 4 * _FEW_VALUES]
-    return len(pc.unique(_arrow_numbers(head))) <= _FEW_VALUES // 4
 
 
 class _TopCounts:
@@ -267,23 +293,54 @@ def _rows_of(h: _Array, wanted: _Array) -> _Array:
 
 
 class _Priorities:
-    """Each row's sampling priority, uniform in [0, 1).
+    """Each row's sampling priority, uniform in [0, 1), and the rows a sample can still use.
 
     Row r's priority is the ``r % BLOCK_ROWS``-th draw of an RNG seeded by
     ``(seed, r // BLOCK_ROWS)``, so it depends on the row number alone, never on how
-    the rows were cut into batches, and one draw per row serves every column (each
-    column's sample is then a sample of rows, the same rows in every column).
+    the rows were cut into batches, and one draw per row serves every column: each
+    column's sample holds the values of its rows of smallest priority.
+
+    The k smallest priorities among all rows seen are tracked here once: a column with
+    a value in every row so far has exactly those rows in its sample, so it takes the
+    rows picked here and prunes by this threshold instead of partitioning its own pool.
     """
 
-    def __init__(self, seed: int) -> None:
-        self.seed = seed
+    def __init__(self, seed: int, k: int) -> None:
+        self.seed, self.k = seed, k
         self.block = -1
         self.drawn = 0
         self.buf: _Array = np.empty(0)
         self.rng = np.random.default_rng([seed, 0])
+        self.tau = 2.0  # above every priority: all rows can enter
+        self.pool: list[_Array] = []
+        self.pooled = 0
 
-    def rows(self, row0: int, n: int) -> _Array:
-        """The priorities of rows ``row0 .. row0 + n - 1`` (asked for in increasing order)."""
+    def batch(self, row0: int, n: int) -> _BatchRows:
+        """The priorities of rows ``row0 .. row0 + n - 1`` (asked for in row order) and the
+        ones among them below the threshold, which is then updated."""
+        prio = self._draw(row0, n)
+        tau = self.tau
+        picked = None if tau > 1.0 else np.flatnonzero(prio < tau)
+        prio_picked = prio if picked is None else prio[picked]
+        self.pool.append(prio_picked)
+        self.pooled += len(prio_picked)
+        if self.pooled > 2 * self.k:
+            pool = np.concatenate(self.pool)
+            self.tau = float(np.partition(pool, self.k - 1)[self.k - 1])
+            self.pool = [pool[pool <= self.tau]]
+            self.pooled = len(self.pool[0])
+        return _BatchRows(prio, tau, picked, prio_picked, self.tau, self)
+
+    def final_tau(self) -> float:
+        """The k-th smallest priority of all rows (2.0 when there are at most k rows)."""
+        if self.pooled > self.k:
+            pool = np.concatenate(self.pool)
+            self.tau = float(np.partition(pool, self.k - 1)[self.k - 1])
+            self.pool = [pool[pool <= self.tau]]
+            self.pooled = len(self.pool[0])
+        return self.tau
+
+    def _draw(self, row0: int, n: int) -> _Array:
         out = np.empty(n)
         pos = 0
         while pos < n:
@@ -302,6 +359,18 @@ class _Priorities:
         return out
 
 
+class _BatchRows:
+    """A batch's row priorities, with the rows picked by the shared threshold ``tau_in``
+    (None: all) and the threshold after them, ``tau_out``."""
+
+    __slots__ = ("picked", "prio", "prio_picked", "source", "tau_in", "tau_out")
+
+    def __init__(self, prio: _Array, tau_in: float, picked: _Array | None,
+                 prio_picked: _Array, tau_out: float, source: _Priorities) -> None:
+        self.prio, self.tau_in, self.picked = prio, tau_in, picked
+        self.prio_picked, self.tau_out, self.source = prio_picked, tau_out, source
+
+
 class _Sample:
     """A uniform sample of up to k values: those of the k rows of smallest priority.
 
@@ -309,6 +378,8 @@ class _Sample:
     pruning) can still enter, so once a column has many rows, a batch adds about
     ``k * rows_in_batch / rows_so_far`` values. The pool holds at most ``2k`` values
     between prunings. While a column has at most k values the sample is all of them.
+    A column with a value in every row so far follows the table's threshold
+    (:class:`_Priorities`), which picks its rows and prunes it by a comparison.
     """
 
     def __init__(self, k: int) -> None:
@@ -317,25 +388,48 @@ class _Sample:
         self.vals: list[_Array] = []
         self.prios: list[_Array] = []
         self.pooled = 0
+        self.every_row = True  # a value in every row so far: the table's rows and tau
+        self.table: _Priorities | None = None
 
-    def add(self, values: _Array, prio: _Array) -> None:
-        """Pool ``values`` (a copy is kept) with their rows' priorities."""
-        if self.tau <= 1.0:
-            keep = prio < self.tau
-            values, prio = values[keep], prio[keep]
-        elif values.base is not None:
-            values = values.copy()  # never hold on to the batch's buffers
-        if not len(values):
-            return
-        self.vals.append(values)
-        self.prios.append(prio)
-        self.pooled += len(values)
-        if self.pooled > 2 * self.k:
+    def add(self, values: _Array, rows: _BatchRows, valid: _Array | None) -> None:
+        """Pool a batch's ``values``: one per row, or one per row where ``valid`` is true."""
+        self.table = rows.source
+        if valid is not None:
+            self.every_row = False
+        if self.every_row and self.tau == rows.tau_in:
+            values = values if rows.picked is None else values[rows.picked]
+            prio = rows.prio_picked
+        else:
+            self.every_row = False
+            prio = rows.prio if valid is None else rows.prio[valid]
+            if self.tau <= 1.0:
+                keep = prio < self.tau
+                values, prio = values[keep], prio[keep]
+        # a view of the batch's buffer is kept as it is: it holds no more than the values
+        # (pruning copies what it keeps), and a copy would double them meanwhile
+        if len(values):
+            self.vals.append(values)
+            self.prios.append(prio)
+            self.pooled += len(values)
+        if self.every_row:
+            if rows.tau_out < self.tau:  # the table pruned: so do the same rows here
+                self._keep(rows.tau_out)
+        elif self.pooled > 2 * self.k:
             self._prune()
 
     def held(self) -> list[_Array]:
         """Every value pooled so far, unpruned (only meaningful while they are all)."""
         return self.vals
+
+    def _keep(self, tau: float) -> None:
+        self.tau = tau
+        prios = np.concatenate(self.prios) if len(self.prios) > 1 else self.prios[0]
+        keep = prios <= tau
+        if bool(keep.all()):
+            return
+        vals = np.concatenate(self.vals) if len(self.vals) > 1 else self.vals[0]
+        self.vals, self.prios = [vals[keep]], [prios[keep]]
+        self.pooled = len(self.vals[0])
 
     def _prune(self) -> None:
         vals = np.concatenate(self.vals) if len(self.vals) > 1 else self.vals[0]
@@ -347,11 +441,19 @@ class _Sample:
         self.vals, self.prios, self.pooled = [vals], [prios], len(vals)
 
     def values(self) -> _Array:
-        """The sample, sorted."""
+        """The sample, sorted (the pool is let go: call once)."""
         if not self.vals:
             return np.empty(0)
-        self._prune()
-        return np.sort(self.vals[0])
+        if self.every_row and self.table is not None:
+            self._keep(self.table.final_tau())
+        else:
+            self._prune()
+        vals = np.concatenate(self.vals) if len(self.vals) > 1 else self.vals[0]
+        self.vals, self.prios = [], []
+        if vals.base is not None:  # a view of a batch: sort a copy
+            return np.sort(vals)
+        vals.sort()
+        return vals
 
 
 class _FineHistogram:

@@ -217,21 +217,27 @@ _NUMBER_OR_BLANK[np.frombuffer(b"0123456789+-.eE", dtype=np.uint8)] = True
 def _maybe_number_or_blank(arr: pa.Array) -> _Array:
     """For each (non-null) string, whether it might be a number or blank: false for every
     string with a byte among its first eight that neither can hold, which settles most
-    text (IDs, names, categories) from one word per string instead of a regex."""
+    text (IDs, names, categories) without a regex. The first byte alone settles most;
+    the other seven are looked at only when that leaves half the strings or more."""
     if pa.types.is_string_view(arr.type):
         arr = arr.cast(pa.large_string())
-    out = np.empty(len(arr), dtype=bool)
-    step = _CHUNK // 2
-    for i in range(0, len(arr), step):
-        part = arr.slice(i, step)
-        off = _string_offsets(part)
-        base, end = int(off[0]), int(off[-1])
-        data = np.zeros(end - base + 8, dtype=np.uint8)
-        if end > base:
-            data[: end - base] = np.frombuffer(part.buffers()[2], dtype=np.uint8,
-                                               count=end - base, offset=base)
-        starts, lens = (off[:-1] - base).astype(np.intp), np.diff(off)
-        head = data[starts[:, None] + np.arange(8)]  # the first eight bytes of each
-        ok = _NUMBER_OR_BLANK[head] | (np.arange(8) >= lens[:, None])  # past the end: ok
-        out[i : i + len(part)] = ok.all(axis=1)
-    return out
+    off = _string_offsets(arr)
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] else \
+        np.zeros(0, dtype=np.uint8)
+    lens = np.diff(off)
+    maybe: _Array = lens == 0  # blank
+    filled = np.flatnonzero(~maybe)
+    maybe[filled] = _NUMBER_OR_BLANK[data[off[:-1][filled]]]
+    if 2 * np.count_nonzero(maybe) < len(arr):
+        return maybe  # the caller needs no more: numbers cannot be the majority
+    rows = np.flatnonzero(maybe & (lens > 1))
+    if len(rows):
+        starts = off[:-1][rows].astype(np.intp)
+        span = np.minimum(lens[rows], 8)
+        ok = np.ones(len(rows), dtype=bool)
+        for j in range(1, 8):  # byte j of each string that has one
+            has = span > j
+            at = np.flatnonzero(has & ok)
+            ok[at] = _NUMBER_OR_BLANK[data[starts[at] + j]]
+        maybe[rows] = ok
+    return maybe
