@@ -187,3 +187,28 @@ def test_the_mixed_type_prefilter_never_drops_a_number_or_a_blank(values: list[s
     for value, flag in zip(values, maybe.tolist(), strict=True):
         if re.match(_NUMBER, value) or not value.strip():
             assert flag, value
+
+
+def test_a_column_empty_for_whole_batches_keeps_all_its_values_in_the_sample() -> None:
+    """Columns share one priority per row; one that has no value in some batches must not
+    follow the table's threshold, which counts rows it never had."""
+    rng = np.random.default_rng(33)
+    n = 3000
+    rows = np.r_[0:500, 2000:2500]  # valid in two batches of 500: 1,000 values in all
+    x, k = rng.normal(size=len(rows)), rng.integers(0, 10**9, len(rows))
+    xs, ks = np.full(n, np.nan), np.zeros(n, dtype=np.int64)
+    xs[rows], ks[rows] = x, k
+    missing = np.ones(n, dtype=bool)
+    missing[rows] = False
+    t = pa.table({"x": pa.array(xs, mask=missing), "k": pa.array(ks, mask=missing),
+                  "all": np.arange(n)})
+    p = profile_batches(t.schema, t.to_batches(max_chunksize=500), sample_size=1000)["columns"]
+    for name, values in (("x", x), ("k", k)):
+        col = p[name]
+        assert col["count"] == len(rows) and col["quantiles_exact"] is True
+        assert list(col["quantiles"].values()) == pytest.approx(np.quantile(values, QS))
+        assert col["distinct"] == len(np.unique(values)) and col["distinct_exact"]
+        lo, hi = values.min(), values.max()
+        counts, _ = np.histogram(values, bins=20, range=(lo, hi))
+        assert col["histogram"]["counts"] == counts.tolist()
+    assert p["all"]["quantiles_exact"] is False

@@ -186,6 +186,7 @@ class _NumericColumn(_Column):
         self.nulls += nulls
         self.count += n - nulls
         if nulls == n:
+            self.sample.missed()
             return
         x, valid = _integer_values(arr)
         lo, hi = int(x.min()), int(x.max())
@@ -216,6 +217,8 @@ class _NumericColumn(_Column):
         self.nulls += nulls + nan
         self.count += n - nulls - nan
         self.nan, self.inf = self.nan + nan, self.inf + inf
+        if n_fin < n:
+            self.sample.missed()  # (when some rows but not all have values, add() sees it)
         if n - nulls - nan == 0:
             return
 

@@ -417,6 +417,10 @@ class _Sample:
         elif self.pooled > 2 * self.k:
             self._prune()
 
+    def missed(self) -> None:
+        """A batch gave this column no value: its rows are no longer all the table's."""
+        self.every_row = False
+
     def held(self) -> list[_Array]:
         """Every value pooled so far, unpruned (only meaningful while they are all)."""
         return self.vals
