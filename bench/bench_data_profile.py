@@ -227,6 +227,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         "--wide-cols", str(args.wide_cols)], check=True)
     print(f"  (wrote {tall.stat().st_size / 2**20:,.0f} MiB + {wide.stat().st_size / 2**20:,.0f}"
           f" MiB of CSV in {time.perf_counter() - t0:.1f} s)")
+    load_before = os.getloadavg()[0]
     sizes = {"tall": {"rows": args.rows, "columns": 20, "bytes": tall.stat().st_size},
              "wide": {"rows": args.wide_rows, "columns": args.wide_cols,
                       "bytes": wide.stat().st_size}}
@@ -261,6 +262,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "sizes": sizes,
         "peer": f"pandas {peer[0]} read_csv + describe(include='all') (pyarrow {peer[1]})",
         "python": platform.python_version(),
+        "load_average": {"before": load_before, "after": os.getloadavg()[0],
+                         "note": "1-minute load of the (shared) machine; 2 means its cores busy"},
         "goal": "tall: reprise data add <= 0.5x pandas' time, peak memory below pandas'; "
                 "wide: no slower than pandas, no more memory",
         "note": "seconds: whole processes (start-up included), as a user runs them; "

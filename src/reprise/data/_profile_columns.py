@@ -433,6 +433,7 @@ class _TextColumn(_Column):
         self.len_lo: int | None = None
         self.len_hi: int | None = None
         self.len_sum = 0
+        self.few = False
 
     def update(self, arr: pa.Array, rows: _BatchRows | None) -> None:
         super().update(arr, rows)
@@ -456,6 +457,7 @@ class _TextColumn(_Column):
         if self._few_values(arr):
             vc = pc.value_counts(arr)
             values = vc.field("values")
+            self.few = len(values) <= _FEW_VALUES // 2  # and the next batch likewise
             keys = _hash_strings(values)
             self.distinct.add(keys)
             self.top.add_counted(keys, _numpy(vc.field("counts")).astype(np.int64), values)
@@ -469,6 +471,8 @@ class _TextColumn(_Column):
         """Whether Arrow's value counts will be faster than hashing (a guess; same result)."""
         if not self.top.exact or len(self.top.keys) > _FEW_VALUES:
             return False
+        if self.few:  # the last batch had few values: so will this one, most likely
+            return True
         head = arr.slice(0, 4 * _FEW_VALUES)
         return len(head) == len(arr) or len(pc.unique(head)) <= _FEW_VALUES // 2
 
