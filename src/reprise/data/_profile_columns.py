@@ -311,7 +311,8 @@ class _NumericColumn(_Column):
         self.n = n
 
     def result(self) -> dict[str, Any]:
-        values = self.sample.values()
+        # past k values the sample serves the quantiles alone: order it only where they are
+        values = self.sample.values(_quantile_positions if self.spilled else None)
         if self.spilled:
             d, exact = self.distinct.estimate()
         else:  # the sample is every value: count them (-0.0 and 0.0 are one, as hashed)
@@ -390,11 +391,17 @@ def _counts_between(sorted_values: _Array, inner: _Array) -> list[int]:
 
 
 def _positions(m: int) -> tuple[_Array, _Array, _Array]:
-    """numpy.quantile's 'linear' method on m sorted values: for each quantile, the
-    index below, the one above, and the weight of the one above."""
+    """numpy.quantile's 'linear' method on m sorted values (or values in order at these
+    positions): for each quantile, the index below, the one above, and the weight of the
+    one above."""
     at = _Q * (m - 1)
     below = np.floor(at).astype(np.intp)
     return below, np.minimum(below + 1, m - 1), at - below
+
+
+def _quantile_positions(m: int) -> _Array:
+    below, above, _ = _positions(m)
+    return np.unique(np.concatenate((below, above)))
 
 
 def _float_quantiles(values: _Array) -> list[float]:

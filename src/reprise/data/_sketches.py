@@ -444,8 +444,10 @@ class _Sample:
             self.tau = float(prios.max())
         self.vals, self.prios, self.pooled = [vals], [prios], len(vals)
 
-    def values(self) -> _Array:
-        """The sample, sorted (the pool is let go: call once)."""
+    def values(self, at: Callable[[int], _Array] | None = None) -> _Array:
+        """The sample, sorted; or, given ``at`` (the positions needed, from the sample's
+        size), only in order at those positions, which is quicker (the pool is let go:
+        call once)."""
         if not self.vals:
             return np.empty(0)
         if self.every_row and self.table is not None:
@@ -454,6 +456,8 @@ class _Sample:
             self._prune()
         vals = np.concatenate(self.vals) if len(self.vals) > 1 else self.vals[0]
         self.vals, self.prios = [], []
+        if at is not None:
+            return np.partition(vals, at(len(vals)))
         if vals.base is not None:  # a view of a batch: sort a copy
             return np.sort(vals)
         vals.sort()
