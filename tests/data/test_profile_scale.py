@@ -22,7 +22,7 @@ import reprise
 from reprise.data import _sketches, add_dataset
 from reprise.data._formats import _NUMBER
 from reprise.data._profile import QUANTILES, profile_batches, profile_table
-from reprise.data._values import _maybe_number_or_blank
+from reprise.data._values import _hash_strings, _maybe_number_or_blank
 
 QS = list(QUANTILES)
 
@@ -212,3 +212,18 @@ def test_a_column_empty_for_whole_batches_keeps_all_its_values_in_the_sample() -
         counts, _ = np.histogram(values, bins=20, range=(lo, hi))
         assert col["histogram"]["counts"] == counts.tolist()
     assert p["all"]["quantiles_exact"] is False
+
+
+@pytest.mark.parametrize("width", [1, 7, 8, 9, 36])
+def test_strings_of_one_width_hash_as_strings_of_any_width_do(width: int) -> None:
+    """IDs of one length take a faster path through the hash; a batch with one string of
+    another length takes the general one, and every value must hash the same either way."""
+    rng = np.random.default_rng(width)
+    chars = np.array(list("abcdefghijklmnopqrstuvwxyz0123456789-é"))
+    same = ["".join(rng.choice(chars, width)) for _ in range(300)]
+    same = [v.encode()[:width].decode(errors="ignore").ljust(width, "x") for v in same]
+    same = [v for v in same if len(v.encode()) == width]
+    one = _hash_strings(pa.array(same))
+    mixed = _hash_strings(pa.array([*same, "y" * (width + 3)]))
+    assert (one == mixed[: len(same)]).all()
+    assert (_hash_strings(pa.array(same).slice(5)) == one[5:]).all()  # sliced arrays too
