@@ -53,9 +53,9 @@ treats it. Infinities are values: they count in ``count`` (and in ``inf``) and i
 ``distinct`` but are left out of min, max, mean, std, quantiles and histogram,
 which describe the finite values (and could not be written as JSON otherwise).
 
-Memory per column is fixed: at most :data:`DISTINCT_CAP` hashes (or a 1 MiB bitmap), ``2 * sample_size``
-sampled values, :data:`FINE_BINS` counts (only for columns with more than
-``sample_size`` values), and for text :data:`DISTINCT_CAP` (later
+Memory per column is fixed: at most :data:`DISTINCT_CAP` hashes (or a 1 MiB bitmap),
+``2 * sample_size`` sampled values, :data:`FINE_BINS` counts (only for columns with
+more than ``sample_size`` values), and for text :data:`DISTINCT_CAP` (later
 :data:`MG_CAPACITY`) counted values. Beyond that only the batch in flight is held.
 The columns of a batch are profiled on a thread pool (numpy and Arrow release the
 GIL), and work on a batch is done a cache-sized chunk at a time, because every
@@ -219,7 +219,7 @@ def profile_parquet(path: str | os.PathLike[str], *, batch_rows: int = 1 << 18,
             raise UserError(f"{p} has no column(s) {missing}; its columns are {schema.names}.")
         schema = pa.schema([schema.field(c) for c in columns])
     batches = pf.iter_batches(batch_size=batch_rows, columns=None if columns is None else list(columns))
-    return profile_batches(schema, _read_ahead(batches), **kw)
+    return profile_batches(schema, batches, **kw)  # read ahead there, on a thread
 
 
 def profile_files(root: str | os.PathLike[str]) -> dict[str, Any]:
