@@ -245,3 +245,16 @@ def test_sliced_arrays_profile_as_their_copies() -> None:
                        for name in part.column_names})
     assert part["f"].chunk(0).offset == 1234
     assert profile_table(part) == profile_table(copied)
+
+
+def test_an_estimated_distinct_count_never_exceeds_the_values(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_sketches, "DISTINCT_CAP", 100)  # KMV of 100 hashes: 10 % error
+    n = 3000
+    x = np.arange(n) * 15 * 1_000_003  # whose raw estimate is 3,343: above the 3,000 values
+    raw = _sketches._Distinct(100)
+    raw.add_numbers(x)
+    assert raw.estimate()[0] > n
+    t = pa.table({"x": x})
+    col = profile_batches(t.schema, t.to_batches(max_chunksize=400), sample_size=100)["columns"]
+    assert col["x"]["distinct"] == n and col["x"]["distinct_exact"] is False

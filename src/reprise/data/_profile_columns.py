@@ -125,7 +125,7 @@ class _TemporalColumn(_Column):
         self.hi = hi if self.hi is None else max(hi, self.hi)
 
     def result(self) -> dict[str, Any]:
-        d, exact = self.distinct.estimate()
+        d, exact = self.distinct.estimate(self.count)
         return {**super().result(), "distinct": d, "distinct_exact": exact,
                 "min": _temporal_text(self.lo, self.type), "max": _temporal_text(self.hi, self.type)}
 
@@ -314,7 +314,7 @@ class _NumericColumn(_Column):
         # past k values the sample serves the quantiles alone: order it only where they are
         values = self.sample.values(_quantile_positions if self.spilled else None)
         if self.spilled:
-            d, exact = self.distinct.estimate()
+            d, exact = self.distinct.estimate(self.count)
         else:  # the sample is every value: count them (-0.0 and 0.0 are one, as hashed)
             d = int(np.count_nonzero(values[1:] != values[:-1])) + int(len(values) > 0)
             d, exact = d + len(self.infinities), True
@@ -490,7 +490,7 @@ class _TextColumn(_Column):
         self.len_sum += int(lengths.sum() if weights is None else lengths @ weights)
 
     def result(self) -> dict[str, Any]:
-        d, exact = self.distinct.estimate()
+        d, exact = self.distinct.estimate(self.count)
         out = {**super().result(), "distinct": d, "distinct_exact": exact,
                "top": self.top.most_common(self.top_k), "top_exact": self.top.exact}
         if self.text:

@@ -157,8 +157,9 @@ class _Distinct:
                 self.add_numbers(held + values.dtype.type(self.base))
         self.add_numbers(values)
 
-    def estimate(self) -> tuple[int, bool]:
-        """(count, exact): KMV's ``(K - 1) / u_K`` once more than k values were seen."""
+    def estimate(self, values: int | None = None) -> tuple[int, bool]:
+        """(count, exact): KMV's ``(K - 1) / u_K`` once more than k values were seen,
+        never above ``values`` (how many values there were, when known)."""
         if self.flags is not None:
             return int(np.count_nonzero(self.flags)), True
         if not self.overflowed:
@@ -166,7 +167,8 @@ class _Distinct:
         if self.pending:
             self._merge_pending()
         u_k = (float(self.hashes[-1]) + 1.0) / 2.0**64
-        return round((len(self.hashes) - 1) / u_k), False
+        d = round((len(self.hashes) - 1) / u_k)
+        return (d if values is None else min(d, values)), False
 
 
 _BITMAP_RANGE = 1 << 20  # integers counted on a bitmap while their range is this narrow
