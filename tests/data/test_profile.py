@@ -94,7 +94,10 @@ def test_numeric_statistics_are_exact_on_small_tables(mixed: pa.Table) -> None:
         assert col["quantiles_exact"] is True
         counts, edges = np.histogram(x, bins=20, range=(x.min(), x.max()))
         assert col["histogram"]["counts"] == counts.tolist()
-        assert col["histogram"]["edges"] == pytest.approx(edges.tolist())
+        if name == "f":
+            assert col["histogram"]["edges"] == pytest.approx(edges.tolist())
+        else:  # integer edges: where each of numpy's bins starts among the integers
+            assert col["histogram"]["edges"] == [math.ceil(e - 1e-9) for e in edges]
         assert sum(col["histogram"]["counts"]) == col["count"]
     assert p["columns"]["i"]["type"] == "int64" and isinstance(p["columns"]["i"]["min"], int)
 
@@ -298,13 +301,15 @@ def test_fine_histogram_counts_do_not_depend_on_batches() -> None:
 
 def test_distinct_estimate_above_the_cap() -> None:
     n = 300_000
-    t = pa.table({"i": np.arange(n), "f": np.arange(n) * 0.5,
-                  "s": pa.array([f"id-{i}" for i in range(n)])})
+    t = pa.table({"i": np.arange(n) * 7, "f": np.arange(n) * 0.5,
+                  "s": pa.array([f"id-{i}" for i in range(n)]), "near": np.arange(n)})
     p = profile_table(t)
     for name in ("i", "f", "s"):
         col = p["columns"][name]
         assert col["distinct_exact"] is False
         assert abs(col["distinct"] - n) / n < 0.05
+    # integers over a narrow range (here 300,000 apart) are counted exactly on a bitmap
+    assert p["columns"]["near"]["distinct"] == n and p["columns"]["near"]["distinct_exact"]
     small = profile_table(t.slice(0, DISTINCT_CAP))["columns"]
     assert all(small[c]["distinct"] == DISTINCT_CAP and small[c]["distinct_exact"]
                for c in ("i", "f", "s"))
@@ -334,6 +339,50 @@ def test_approximate_top_counts_are_bounded_lower_bounds() -> None:
     bound = len(values) / (_sketches.MG_CAPACITY + 1)
     for value, count in col["top"]:
         assert truth[value] - bound <= count <= truth[value]
+
+
+@pytest.fixture
+def small_caps(monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
+    """Exact limits a hundred times lower, so the sketches take over at test sizes."""
+    monkeypatch.setattr(_sketches, "DISTINCT_CAP", 1000)
+    monkeypatch.setattr(_sketches, "MG_CAPACITY", 100)
+    return 1000, 100
+
+
+def test_text_column_beyond_the_cap_over_many_batches(small_caps: tuple[int, int]) -> None:
+    """Issue 22.1: an ID column with more distinct values than the exact limit, spread
+    over several batches, crashed (IndexError) once every count fell to the summary's
+    floor; the count is estimated and the top values degrade to what stands out."""
+    cap, capacity = small_caps
+    rng = np.random.default_rng(12)
+    ids = [f"id-{i:07d}" for i in range(30_000)]
+    values = ids + ["hot"] * 3000 + ["warm"] * 1500
+    order = rng.permutation(len(values))
+    t = pa.table({"u": pa.array(ids + [f"x-{i}" for i in range(4500)]),
+                  "s": pa.array(values).take(pa.array(order))})
+    p = profile_batches(t.schema, t.to_batches(max_chunksize=2000))["columns"]
+    unique = p["u"]
+    assert unique["count"] == 34_500 and unique["distinct_exact"] is False
+    assert abs(unique["distinct"] - 34_500) / 34_500 < 4 / math.sqrt(cap)
+    assert unique["top"] == [] and unique["top_exact"] is False  # nothing stands out
+    col = p["s"]
+    assert col["distinct_exact"] is False and col["top_exact"] is False
+    assert abs(col["distinct"] - 30_002) / 30_002 < 4 / math.sqrt(cap)
+    assert [v for v, _ in col["top"][:2]] == ["hot", "warm"]
+    bound = len(values) / (capacity + 1)
+    for value, count in col["top"][:2]:
+        truth = 3000 if value == "hot" else 1500
+        assert truth - bound <= count <= truth
+    json.dumps(p, allow_nan=False)
+
+
+def test_unique_text_column_at_the_real_limit_over_many_batches() -> None:
+    """The same at the real limit, as ``data add`` reads a big file: batches of 50,000."""
+    n = 2 * DISTINCT_CAP + 50_000
+    t = pa.table({"id": pa.array([f"user-{i:09d}" for i in range(n)])})
+    col = profile_batches(t.schema, t.to_batches(max_chunksize=50_000))["columns"]["id"]
+    assert col["count"] == n and not col["distinct_exact"]
+    assert abs(col["distinct"] - n) / n < 4 / math.sqrt(_sketches.KMV_K) and col["top"] == []
 
 
 def test_same_input_and_seed_give_the_same_profile(mixed: pa.Table) -> None:

@@ -459,8 +459,11 @@ def mixed_type_problem(batch: Any, first_row: int, skip: set[str]) -> str | None
     Returns a message naming the column and the first offending row, or None. Columns
     in ``skip`` (declared as text in a schema) are not checked.
     """
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
+
+    from reprise.data._values import _arrow_mask, _maybe_number_or_blank, _numpy
 
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
         if name in skip or not (pa.types.is_string(column.type)
@@ -469,10 +472,19 @@ def mixed_type_problem(batch: Any, first_row: int, skip: set[str]) -> str | None
         valid = pc.drop_null(column)
         if len(valid) == 0:
             continue
+        # only values that might be numbers or blank need the regex; when fewer than half
+        # might, numbers cannot outnumber the text
+        maybe = _maybe_number_or_blank(valid)
+        n_maybe = int(np.count_nonzero(maybe))
+        if 2 * n_maybe < len(valid):
+            continue
+        if n_maybe < len(valid):
+            valid = valid.filter(_arrow_mask(maybe))
         numeric = pc.match_substring_regex(valid, _NUMBER)
         n_numeric = pc.sum(numeric).as_py() or 0
-        empty = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(valid)), 0)
-        n_text = len(valid) - n_numeric - (pc.sum(empty).as_py() or 0)
+        n_blank = int(np.count_nonzero(_numpy(pc.utf8_length(pc.utf8_trim_whitespace(valid)))
+                                       == 0))
+        n_text = len(column) - column.null_count - n_numeric - n_blank
         if n_numeric and n_text and n_numeric >= n_text:
             is_text = pc.and_(pc.invert(pc.match_substring_regex(column, _NUMBER)),
                               pc.greater(pc.utf8_length(pc.utf8_trim_whitespace(column)), 0))

@@ -13,38 +13,49 @@ What is exact and what is estimated, and why:
   formula, which stays accurate where a running ``sum(x**2)`` would cancel.
   ``std`` is the *sample* standard deviation (``ddof=1``), as pandas reports it.
 - ``distinct`` counts 64-bit hashes of the values. Up to :data:`DISTINCT_CAP`
-  distinct values the count is exact (``distinct_exact: true``); beyond, the same
-  bottom-k set of hashes gives a K-Minimum-Values estimate (relative standard error
-  about ``1/sqrt(DISTINCT_CAP)``, 0.3 %). It is written here rather than taken from
-  a library because no sketch library we trust is among the dependencies, and KMV is
-  a few lines of numpy. Numbers hash through a bijection, so their exact counts have
-  no collisions.
-- ``quantiles`` come from a uniform sample of ``sample_size`` values chosen by
-  random per-row priorities (a bottom-k sample). They are exact when a column has at
-  most ``sample_size`` finite values and approximate above. The priorities depend
-  only on the seed and the row number, so the same rows give the same profile however
-  they are cut into batches.
-- ``histogram``: ``bins`` equal-width bins between ``min`` and ``max``. Min and max
-  are unknown until the end, so the pass counts values exactly on a grid of at most
-  :data:`FINE_BINS` bins of power-of-two width, coarsened by merging pairs of bins as
-  the range grows (which keeps the counts exact). The final bins are read off that
-  grid; a grid bin that straddles a final edge is split in proportion, so each
-  count is off by at most the count of one grid bin (a 1/4096 slice of the range).
-  Columns with at most ``sample_size`` finite values are binned exactly.
+  distinct values the count is exact (``distinct_exact: true``); beyond, the
+  :data:`KMV_K` smallest hashes give a K-Minimum-Values estimate (relative standard
+  error about ``1/sqrt(KMV_K)``, 0.8 %). KMV is a mergeable sketch like HyperLogLog;
+  it is written here rather than taken from a library because no sketch library we
+  trust is among the dependencies, and KMV is a few lines of numpy. Numbers hash
+  through a bijection, so their exact counts have no collisions. Integers, dates and
+  times over a narrow range (at most 2**20 apart) are counted on a bitmap instead,
+  exactly and without hashing.
+- ``quantiles`` come from a uniform sample of ``sample_size`` values: those of the
+  rows with the smallest random priorities (a bottom-k sample). They are exact when a
+  column has at most ``sample_size`` finite values and approximate above. A row's
+  priority depends only on the seed and its row number, so the same rows give the
+  same profile however they are cut into batches, and every column samples the same rows.
+- ``histogram``: ``bins`` equal-width bins between ``min`` and ``max``, counted as
+  ``numpy.histogram`` counts them. Columns with at most ``sample_size`` finite values
+  are binned exactly from the sample. Above, min and max are unknown until the end, so
+  the pass counts values exactly on a grid of at most :data:`FINE_BINS` bins of
+  power-of-two width, coarsened by merging pairs of bins as the range grows (which
+  keeps the counts exact). The final bins are read off that grid; a grid bin that
+  straddles a final edge is split in proportion, so each count is off by at most the
+  count of one grid bin (a 1/4096 slice of the range). Where float64 has fewer than
+  ``bins`` values between min and max (floats close together far from zero), there
+  are fewer bins.
+- Integer columns stay integers (int64, or uint64 for unsigned types), whatever their
+  magnitude: ``min``, ``max`` and the quantiles are exact (a quantile between two
+  integers is the float nearest to it), and the histogram's edges are integers (where
+  each of numpy's bins starts among the integers), binned by integer shifts, so 1,000
+  consecutive IDs from 1.5e18 get 20 bins of 50. ``mean`` and ``std`` are float64,
+  taken from each value's exact distance to the first one.
 - ``top`` (strings and categoricals): exact counts while there are at most
   :data:`DISTINCT_CAP` distinct values; beyond, a Misra-Gries summary whose counts
   are lower bounds, each short by at most ``rows / (capacity + 1)``
-  (``top_exact: false``).
+  (``top_exact: false``). In a column of unique values (IDs) no value stands out and
+  the list is empty.
 
 NaN is treated as missing: it counts in ``nulls`` (and in ``nan``), as pandas
 treats it. Infinities are values: they count in ``count`` (and in ``inf``) and in
 ``distinct`` but are left out of min, max, mean, std, quantiles and histogram,
 which describe the finite values (and could not be written as JSON otherwise).
-Integers above 2**53 lose precision in those float64 statistics; their min and max
-stay exact.
 
-Memory per column is fixed: at most :data:`DISTINCT_CAP` hashes, ``2 * sample_size``
-sampled values, :data:`FINE_BINS` counts, and for text :data:`DISTINCT_CAP` (later
+Memory per column is fixed: at most :data:`DISTINCT_CAP` hashes (or a 1 MiB bitmap),
+``2 * sample_size`` sampled values, :data:`FINE_BINS` counts (only for columns with
+more than ``sample_size`` values), and for text :data:`DISTINCT_CAP` (later
 :data:`MG_CAPACITY`) counted values. Beyond that only the batch in flight is held.
 The columns of a batch are profiled on a thread pool (numpy and Arrow release the
 GIL), and work on a batch is done a cache-sized chunk at a time, because every
@@ -67,8 +78,8 @@ import pyarrow as pa
 
 from reprise.core.errors import ConfigError, InvalidNameError, UserError
 from reprise.data._formats import DataFormatError
-from reprise.data._profile_columns import QUANTILES, _new_column
-from reprise.data._sketches import DISTINCT_CAP, FINE_BINS, _json_safe
+from reprise.data._profile_columns import QUANTILES, _Column, _new_column
+from reprise.data._sketches import DISTINCT_CAP, FINE_BINS, _json_safe, _Priorities
 from reprise.data._values import _is_text
 
 if TYPE_CHECKING:
@@ -123,28 +134,38 @@ def profile_batches(schema: pa.Schema, batches: Iterable[pa.RecordBatch], *, bin
     if dupes:
         raise InvalidNameError(f"column names must be unique to be profiled; {dupes} appear "
                                "more than once. Rename the duplicates first.")
-    cols = [_new_column(f.type, bins=bins, top_k=top_k, sample_size=sample_size, seed=seed)
+    cols = [_new_column(f.type, bins=bins, top_k=top_k, sample_size=sample_size)
             for f in schema]
+    priorities = _Priorities(seed, sample_size) if any(c.sampled for c in cols) else None
     rows = 0
     # Columns are independent and numpy and Arrow release the GIL in their loops, so the
     # columns of a batch are profiled in parallel; each column's state is only ever
     # touched by one thread at a time, so the result does not depend on the scheduling.
+    # A stream is read one batch ahead on its own thread (reading a CSV block overlaps
+    # profiling the one before).
     workers = min(len(cols), os.cpu_count() or 1)
+    stream = _record_batches(batches)
+    if not isinstance(batches, (list, tuple, pa.Table)):
+        stream = _read_ahead(iter(stream))
     with ThreadPoolExecutor(max_workers=workers) if workers > 1 else nullcontext() as pool:
-        for batch in _record_batches(batches):
+        for batch in stream:
             if batch.num_columns != len(cols):
                 raise UserError(f"a batch has {batch.num_columns} columns but the schema has "
                                 f"{len(cols)} ({names}); every batch must match the schema.")
             if batch.num_rows == 0:
                 continue
             arrays = [_conform(arr, f.type) for f, arr in zip(schema, batch.columns, strict=True)]
+            picked = priorities.batch(rows, batch.num_rows) if priorities else None
             if pool is None or batch.num_rows < _PARALLEL_ROWS:
                 for col, arr in zip(cols, arrays, strict=True):
-                    col.update(arr, rows)
+                    col.update(arr, picked)
             else:
-                list(pool.map(lambda c, a, r=rows: c.update(a, r), cols, arrays))
+                list(pool.map(lambda c, a, p=picked: c.update(a, p), cols, arrays))
             rows += batch.num_rows
-    columns = {name: _json_safe(col.result()) for name, col in zip(names, cols, strict=True)}
+    columns = {}
+    for i, name in enumerate(names):  # each column's state is let go once summarised
+        columns[name] = _json_safe(cols[i].result())
+        cols[i] = _Column(schema.field(i).type)
     return {"format_version": FORMAT_VERSION, "rows": rows, "columns": columns}
 
 
@@ -198,7 +219,7 @@ def profile_parquet(path: str | os.PathLike[str], *, batch_rows: int = 1 << 18,
             raise UserError(f"{p} has no column(s) {missing}; its columns are {schema.names}.")
         schema = pa.schema([schema.field(c) for c in columns])
     batches = pf.iter_batches(batch_size=batch_rows, columns=None if columns is None else list(columns))
-    return profile_batches(schema, _read_ahead(batches), **kw)
+    return profile_batches(schema, batches, **kw)  # read ahead there, on a thread
 
 
 def profile_files(root: str | os.PathLike[str]) -> dict[str, Any]:

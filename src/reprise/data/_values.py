@@ -17,6 +17,20 @@ _U64 = np.uint64
 _Array = np.ndarray[Any, Any]
 
 
+def _arrow_mask(mask: _Array) -> pa.Array:
+    """A numpy bool array as an Arrow boolean array. Built from its bits rather than by
+    ``pa.array``, which imports pandas (a third of a second) the first time it runs."""
+    bits = pa.py_buffer(np.packbits(mask, bitorder="little"))
+    return pa.Array.from_buffers(pa.bool_(), len(mask), [None, bits])
+
+
+def _arrow_numbers(values: _Array) -> pa.Array:
+    """A numpy array of numbers as an Arrow array, without ``pa.array`` (see _arrow_mask)."""
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values),
+                                 [None, pa.py_buffer(values)])
+
+
 def _is_text(t: pa.DataType) -> bool:
     return bool(pa.types.is_string(t) or pa.types.is_large_string(t)
                 or pa.types.is_string_view(t))
@@ -29,16 +43,59 @@ def _is_temporal(t: pa.DataType) -> bool:
 
 def _int64_values(arr: pa.Array) -> _Array:
     width = pa.int32() if arr.type.bit_width == 32 else pa.int64()
-    return np.asarray(arr.view(width).to_numpy(), dtype=np.int64)
+    return np.asarray(_numpy(arr.view(width)), dtype=np.int64)
+
+
+_NUMPY_TYPES = {t.id: np.dtype(d) for t, d in (
+    (pa.int8(), np.int8), (pa.int16(), np.int16), (pa.int32(), np.int32), (pa.int64(), np.int64),
+    (pa.uint8(), np.uint8), (pa.uint16(), np.uint16), (pa.uint32(), np.uint32),
+    (pa.uint64(), np.uint64), (pa.float16(), np.float16), (pa.float32(), np.float32),
+    (pa.float64(), np.float64))}
+
+
+def _numpy(arr: pa.Array) -> _Array:
+    """A numeric Arrow array's values as a numpy view of its buffer (what a null slot
+    holds is unspecified). ``Array.to_numpy`` would do the same but first imports pandas
+    (a third of a second, once) to check what it was given."""
+    dtype = _NUMPY_TYPES[arr.type.id]
+    return np.frombuffer(arr.buffers()[1], dtype=dtype, count=len(arr),
+                         offset=arr.offset * dtype.itemsize)
+
+
+def _valid_mask(arr: pa.Array) -> _Array:
+    """Which rows of ``arr`` hold a value, read off its validity bitmap."""
+    bitmap = arr.buffers()[0]
+    if bitmap is None or not arr.null_count:
+        return np.ones(len(arr), dtype=bool)
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little",
+                         count=arr.offset + len(arr))
+    return bits[arr.offset :].view(bool)
+
+
+def _integer_values(arr: pa.Array) -> tuple[_Array, _Array | None]:
+    """The non-null values of an integer array as int64 (uint64 for unsigned types, so
+    that every value is exact), and the mask of the rows holding them (None: all rows)."""
+    dtype = np.uint64 if pa.types.is_unsigned_integer(arr.type) else np.int64
+    if not arr.null_count:
+        return np.asarray(_numpy(arr), dtype=dtype), None
+    return np.asarray(_numpy(arr.drop_null()), dtype=dtype), _valid_mask(arr)
 
 
 def _float64_values(arr: pa.Array) -> _Array:
-    """The values as float64, NaN where null (zero-copy for a float64 array without nulls)."""
+    """The values as float64, NaN where null (zero-copy for a float64 array without nulls).
+
+    Read from the buffers: Arrow's own conversion of an array with nulls goes through
+    pandas, whose import costs a third of a second.
+    """
     if arr.null_count == 0 and (pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type)):
-        return np.asarray(arr.to_numpy(), dtype=np.float64)  # numpy converts faster than Arrow
+        return np.asarray(_numpy(arr), dtype=np.float64)  # numpy converts faster than Arrow
     if not pa.types.is_float64(arr.type):
         arr = arr.cast(pa.float64())
-    return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=np.float64)
+    x = np.frombuffer(arr.buffers()[1], dtype=np.float64, count=len(arr), offset=8 * arr.offset)
+    x = x.copy()
+    if arr.null_count:
+        x[~_valid_mask(arr)] = np.nan
+    return x
 
 
 _M1, _M2 = _U64(0xBF58476D1CE4E5B9), _U64(0x94D049BB133111EB)
@@ -81,7 +138,9 @@ def _hash_values(values: pa.Array) -> _Array:
     if _is_text(t):
         return _hash_strings(values)
     if pa.types.is_integer(t) or pa.types.is_boolean(t):
-        return _hash_numbers(np.asarray(values.to_numpy(zero_copy_only=False)).astype(np.int64))
+        if pa.types.is_boolean(t):
+            values = values.cast(pa.int8())
+        return _hash_numbers(np.asarray(_numpy(values), dtype=np.int64))
     if _is_temporal(t):
         return _hash_numbers(_int64_values(values))
     return _hash_numbers(_float64_values(values))
@@ -109,6 +168,9 @@ def _string_offsets(arr: pa.Array) -> _Array:
 def _hash_string_chunk(arr: pa.Array) -> _Array:
     off = _string_offsets(arr)
     base, end = int(off[0]), int(off[-1])
+    width = int(off[1] - off[0]) if len(off) > 1 else 0
+    if width and end - base == width * (len(off) - 1) and bool((np.diff(off) == width).all()):
+        return _hash_same_width(arr, base, width)
     data = np.zeros(end - base + 8, dtype=np.uint8)  # 8 spare bytes: every word read is whole
     if end > base:
         data[: end - base] = np.frombuffer(arr.buffers()[2], dtype=np.uint8, count=end - base,
@@ -134,14 +196,69 @@ def _hash_string_chunk(arr: pa.Array) -> _Array:
     return _mix64(h)
 
 
+def _hash_same_width(arr: pa.Array, base: int, width: int) -> _Array:
+    """:func:`_hash_string_chunk` for strings all ``width`` bytes long (IDs, codes): their
+    bytes form a (rows, width) block, folded one column of words at a time, without the
+    gathers that strings of any length need. The hashes are the same."""
+    n, nw = (len(arr), (width + 7) // 8)
+    block = np.zeros((n, 8 * nw), dtype=np.uint8)  # zero past each string: its masked words
+    block[:, :width] = np.frombuffer(arr.buffers()[2], dtype=np.uint8, count=n * width,
+                                     offset=base).reshape(n, width)
+    words = block.view("<u8")
+    h = np.full(n, width, dtype=_U64)
+    h *= _GOLDEN  # (on the array: wraps silently, as for strings of any width)
+    for k in range(nw):
+        h ^= words[:, k]
+        h *= _M1
+        h ^= h >> _S27
+    return _mix64(h)
+
+
 def _char_lengths(arr: pa.Array) -> _Array:
     """Length in characters of each (non-null) string: byte lengths when all are ASCII."""
     if pa.types.is_string_view(arr.type):
-        return np.asarray(pc.utf8_length(arr).to_numpy())
+        return _numpy(pc.utf8_length(arr))
     off = _string_offsets(arr)
     base, end = int(off[0]), int(off[-1])
     data = np.frombuffer(arr.buffers()[2], dtype=np.uint8, count=end - base, offset=base) \
         if end > base else np.zeros(1, dtype=np.uint8)
     if int(data.max()) < 0x80:
         return np.diff(off)
-    return np.asarray(pc.utf8_length(arr).to_numpy())
+    return _numpy(pc.utf8_length(arr))
+
+
+# Bytes that can appear in a number as ``_formats._NUMBER`` spells one ([0-9+-.eE] and
+# whitespace) or in a blank value (whitespace, which beyond ASCII is multi-byte).
+_NUMBER_OR_BLANK = np.zeros(256, dtype=bool)
+_NUMBER_OR_BLANK[: ord(" ") + 1] = True
+_NUMBER_OR_BLANK[0x80:] = True
+_NUMBER_OR_BLANK[np.frombuffer(b"0123456789+-.eE", dtype=np.uint8)] = True
+
+
+def _maybe_number_or_blank(arr: pa.Array) -> _Array:
+    """For each (non-null) string, whether it might be a number or blank: false for every
+    string with a byte among its first eight that neither can hold, which settles most
+    text (IDs, names, categories) without a regex. The first byte alone settles most;
+    the other seven are looked at only when that leaves half the strings or more."""
+    if pa.types.is_string_view(arr.type):
+        arr = arr.cast(pa.large_string())
+    off = _string_offsets(arr)
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8) if arr.buffers()[2] else \
+        np.zeros(0, dtype=np.uint8)
+    lens = np.diff(off)
+    maybe: _Array = lens == 0  # blank
+    filled = np.flatnonzero(~maybe)
+    maybe[filled] = _NUMBER_OR_BLANK[data[off[:-1][filled]]]
+    if 2 * np.count_nonzero(maybe) < len(arr):
+        return maybe  # the caller needs no more: numbers cannot be the majority
+    rows = np.flatnonzero(maybe & (lens > 1))
+    if len(rows):
+        starts = off[:-1][rows].astype(np.intp)
+        span = np.minimum(lens[rows], 8)
+        ok = np.ones(len(rows), dtype=bool)
+        for j in range(1, 8):  # byte j of each string that has one
+            has = span > j
+            at = np.flatnonzero(has & ok)
+            ok[at] = _NUMBER_OR_BLANK[data[starts[at] + j]]
+        maybe[rows] = ok
+    return maybe
