@@ -251,6 +251,25 @@ def test_turned_off_nothing_is_watched_and_unwatched_entries_miss_once_turned_on
     on.close()
 
 
+def test_reads_listed_in_the_configuration_are_not_watched(
+        project, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    from reprise.store import Workspace
+
+    root, settings, _ = project
+    config = root / ".reprise" / "config.toml"
+    config.write_text(config.read_text()
+                      .replace("ignore_reads = []", 'ignore_reads = ["../settings.txt"]')
+                      .replace("ignore_env = []", 'ignore_env = ["RW_TEST_MODE"]'))
+    ws = Workspace.open(root)
+    assert flow("by_file").run(workspace=ws, workers=1).nodes["configured"].reads == {}
+    assert flow("by_env").run(workspace=ws, workers=1).nodes["from_env"].reads == {}
+    settings.write_text("beta")
+    monkeypatch.setenv("RW_TEST_MODE", "x")
+    assert flow("by_file").run(workspace=ws, workers=1).reused == ["configured"]
+    assert flow("by_env").run(workspace=ws, workers=1).reused == ["from_env"]
+    ws.close()
+
+
 def test_runs_show_lists_the_reads_and_why_a_step_re_executed(
         project, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
     root, settings, ws = project
@@ -282,7 +301,9 @@ def test_what_the_watch_leaves_out(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     (tmp_path / "in.txt").write_text("x")
     (tmp_path / "rw.txt").write_text("x")
     monkeypatch.setenv("RW_NAMED", "1")
-    spec = WatchSpec(ignore=(str(tmp_path / "ignored"),), code_dirs=_reads._with_real_paths(
+    (tmp_path / "skip.txt").write_text("x")
+    spec = WatchSpec(ignore=(str(tmp_path / "ignored"), str(tmp_path / "skip.txt")),
+                     code_dirs=_reads._with_real_paths(
         _reads._code_dirs()), key="00" * 32, ignore_env=("RW_IGNORED",))
     (tmp_path / "ignored").mkdir()
     (tmp_path / "ignored" / "f.txt").write_text("x")
@@ -297,6 +318,7 @@ def test_what_the_watch_leaves_out(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         except FileNotFoundError:
             pass
         Path("ignored/f.txt").read_text()
+        Path("skip.txt").read_text()
         open("declared.txt", "w").close()
         os.close(os.open("in.txt", os.O_RDONLY))
         import email.mime.text  # noqa: F401 - an import: .py/.pyc opens are not reads
@@ -357,3 +379,15 @@ def test_bad_watch_settings_are_refused(tmp_path: Path, monkeypatch: pytest.Monk
                       .replace("ignore_env = []", "ignore_env = [3]"))
     with pytest.raises(ConfigError, match="ignore_env"):
         load_config(tmp_path)
+
+
+def test_a_watch_inside_a_watch_leaves_the_recording_to_the_outer_one(tmp_path: Path) -> None:
+    """A pipeline run inside a step: what its steps read, the outer step depends on."""
+    (tmp_path / "f.txt").write_text("x")
+    spec = WatchSpec(ignore=(), code_dirs=(), key="00" * 32)
+    with watch_reads(spec) as outer:
+        with watch_reads(spec) as inner:
+            (tmp_path / "f.txt").read_text()
+        assert inner is None and _reads._active is outer
+    assert outer is not None and list(outer.files) == [str(tmp_path / "f.txt")]
+    assert _reads._active is None

@@ -75,7 +75,7 @@ class WatchSpec:
     """What the watch ignores and how it hashes, built once per pipeline run by the
     runner and sent with each task (plain data: it crosses to worker processes)."""
 
-    ignore: tuple[str, ...]  # absolute folder paths whose files are never recorded
+    ignore: tuple[str, ...]  # absolute paths of files and folders never recorded
     code_dirs: tuple[str, ...]  # library code: a variable it reads is not the step's
     ignore_env: tuple[str, ...] = ()
     hash_cache: str | None = None  # FileHasher's stat-keyed cache folder
@@ -109,8 +109,7 @@ def watch_spec(ws: Any, *, ignore_paths: Iterable[str] = (),
     if not _under(root, _prefixes([temp, os.path.realpath(temp)])):
         ignore.add(temp)  # scratch files; but a project living in /tmp is still watched
     for p in ignore_paths:
-        path = Path(p).expanduser()
-        ignore.add(str(path if path.is_absolute() else Path(root) / path))
+        ignore.add(os.path.abspath(os.path.join(root, os.path.expanduser(p))))
     key_dir = Path(cfg.workspace_dir) / "cache"
     return WatchSpec(ignore=_with_real_paths(ignore), code_dirs=_with_real_paths(_code_dirs()),
                      ignore_env=tuple(sorted(ignore_env)),
@@ -173,7 +172,8 @@ class ReadWatch:
     def __post_init__(self) -> None:
         self._skip = _prefixes(self.spec.ignore) + _prefixes(self.declared)
         # sys.path entries: the import system tries each (a missing python311.zip...)
-        self._exact = frozenset(self.declared) | {os.path.abspath(p) for p in sys.path if p}
+        self._exact = (frozenset(self.declared) | frozenset(self.spec.ignore)
+                       | {os.path.abspath(p) for p in sys.path if p})
         self._code = _prefixes(self.spec.code_dirs)
         self._library: dict[str, bool] = {}
 
@@ -225,7 +225,10 @@ class ReadWatch:
     def _library_caller(self) -> bool:
         """Whether the code that asked (the first frame outside ``os``, the mapping
         mixins and this module) is the standard library's or a distribution's."""
-        frame = sys._getframe(2)
+        try:
+            frame = sys._getframe(2)
+        except ValueError:  # pragma: no cover - called from the wrappers, never this shallow
+            return True
         while frame is not None and frame.f_code.co_filename in _PLUMBING:
             frame = frame.f_back  # type: ignore[assignment]
         if frame is None:
@@ -350,7 +353,7 @@ _PLUMBING = frozenset({
 
 
 @contextlib.contextmanager
-def watch_reads(spec: WatchSpec, declared: Iterable[str] = ()) -> Iterator[ReadWatch]:
+def watch_reads(spec: WatchSpec, declared: Iterable[str] = ()) -> Iterator[ReadWatch | None]:
     """Record what the code run inside reads (see the module docstring).
 
     Example:
@@ -358,12 +361,16 @@ def watch_reads(spec: WatchSpec, declared: Iterable[str] = ()) -> Iterator[ReadW
         >>> os.environ["REPRISE_DOC_VAR"] = "1"
         >>> with watch_reads(WatchSpec(ignore=(), code_dirs=(), key="00" * 32)) as seen:
         ...     _ = os.environ.get("REPRISE_DOC_VAR")
-        >>> list(seen.env)
+        >>> list(seen.env) if seen is not None else None
         ['REPRISE_DOC_VAR']
     """
     global _active
     if _active is not None:
-        raise RuntimeError("a step is already being watched in this process")
+        # a pipeline run inside a step: the outer step's watch goes on recording (what
+        # the inner steps read, the outer one depends on); the inner steps record
+        # nothing, so their cache entries hold no reads and are recomputed
+        yield None
+        return
     watch = ReadWatch(spec, tuple(os.path.abspath(p) for p in declared))
     _install_hook()
     for name, func in _PATCHED.items():
