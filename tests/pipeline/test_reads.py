@@ -317,6 +317,10 @@ def test_what_the_watch_leaves_out(tmp_path: Path, monkeypatch: pytest.MonkeyPat
             open("absent.txt")
         except FileNotFoundError:
             pass
+        try:  # a memo: looked for, absent, then made by the step
+            Path("memo.txt").read_text()
+        except FileNotFoundError:
+            Path("memo.txt").write_text("computed")
         Path("ignored/f.txt").read_text()
         Path("skip.txt").read_text()
         open("declared.txt", "w").close()
@@ -331,8 +335,9 @@ def test_what_the_watch_leaves_out(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         tempfile._get_default_tempdir()  # library code reading TMPDIR etc.
     record = seen.record(FileHasher(None))
     assert set(record["files"]) == {str(tmp_path / "in.txt"), str(tmp_path / "rw.txt"),
-                                   str(tmp_path / "absent.txt")}
+                                   str(tmp_path / "absent.txt"), str(tmp_path / "memo.txt")}
     assert record["files"][str(tmp_path / "absent.txt")] is None
+    assert record["files"][str(tmp_path / "memo.txt")] is None  # absent when it was read
     assert set(record["env"]) == {"RW_NAMED"} and record["env_enumerated"] is True
     assert _reads._active is None  # and os.environ is itself again
     assert type(os.environ).__getitem__ is _reads._ORIGINAL["__getitem__"]

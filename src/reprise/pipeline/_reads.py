@@ -185,12 +185,17 @@ class ReadWatch:
         if name.endswith(_CODE_SUFFIXES):
             return
         full = os.path.abspath(name)
-        if full in self.files or full in self.written or full in self._exact:
+        writes = (flags & os.O_ACCMODE == os.O_WRONLY or flags & os.O_TRUNC
+                  or (flags & os.O_CREAT and flags & os.O_EXCL))
+        if full in self.files:
+            if writes and self.files[full] is None:
+                self.written.add(full)  # looked for, absent, then made by the step
+            return
+        if full in self.written or full in self._exact:
             return
         if full.startswith(self._skip) or any(m in full for m in _METADATA_DIRS):
             return
-        fresh = flags & os.O_TRUNC or (flags & os.O_CREAT and flags & os.O_EXCL)
-        if flags & os.O_ACCMODE == os.O_WRONLY or fresh:
+        if writes:
             self.written.add(full)  # its content is the step's own doing, not an input
             return
         try:
