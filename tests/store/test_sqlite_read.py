@@ -25,13 +25,14 @@ ART = {"name": "model.npy", "hash": "a" * 64, "size": 3, "kind": "numpy",
 
 def _run(store: SqlMetadataStore, name: str, *, parent: str | None = None,
          metrics: list[tuple[str, int, float, float]] | None = None,
-         tags: dict[str, str] | None = None, end: bool = True) -> str:
+         tags: dict[str, str] | None = None, end: bool = True,
+         steps: list[dict[str, Any]] | None = None) -> str:
     rid = new_id()
     header = {"id": rid, "name": name, "kind": "run", "started_at": time.time(),
               "parent_id": parent, "git_commit": "c" * 40, "git_dirty": True}
     batch = JournalBatch(header=header, params={"lr": 0.1, "layers": [1, 2]},
                          tags=tags or {"team": "x"}, artifacts=[ART],
-                         metrics=metrics or [], end_offset=10,
+                         metrics=metrics or [], steps=steps or [], end_offset=10,
                          end={"status": "finished", "ended_at": time.time() + 1}
                          if end else None)
     assert store.ingest(rid, 0, batch)
@@ -45,7 +46,7 @@ def _populate(store: SqlMetadataStore) -> list[str]:
                                       ("loss", 3, 0.4, 3.0), ("acc", 1, 0.5, 1.0),
                                       ("acc", 1, 0.7, 2.0), ("f1", 0, math.nan, 1.0)])
     b = _run(store, "train", metrics=[("loss", 0, 0.1, 1.0), ("acc", 0, 0.9, 1.0)],
-             tags={"team": "y"})
+             tags={"team": "y"}, steps=_steps())
     child = _run(store, "trial", parent=a, metrics=[("loss", 0, 0.3, 1.0)])
     none = _run(store, "empty", end=False)
     store.add_dataset_version(DatasetRecord("d", 1, "a" * 64, "csv", 3, {"x": "int64"},
@@ -58,6 +59,20 @@ def _populate(store: SqlMetadataStore) -> list[str]:
                             ("t", "register", "m:1", {}))
     store.set_alias("m", "production", 1, ("t", "promote", "m:1", {}))
     return [a, b, child, none]
+
+
+def _steps() -> list[dict[str, Any]]:
+    """Two step runs, the second reading the first's output, with details."""
+    first, second = new_id(), new_id()
+    out = {**ART, "name": "output"}
+    return [{"id": first, "step_name": "load", "cache_key": "c" * 64, "status": "executed",
+             "started_at": 1.0, "ended_at": 2.0, "duration": 1.0, "seed": 7,
+             "details": {"reads": {"files": {"/etc/app.yaml": "d" * 64}}},
+             "inputs": [], "outputs": [out]},
+            {"id": second, "step_name": "fit", "cache_key": "e" * 64, "status": "cached",
+             "reused_from": first, "started_at": 3.0, "ended_at": 3.0, "duration": 0.0,
+             "details": {}, "inputs": [{**out, "name": "x", "source": None}],
+             "outputs": [{**ART, "name": "model"}]}]
 
 
 @pytest.fixture
@@ -84,6 +99,11 @@ def test_reader_answers_as_the_sqlalchemy_store(stores: Any) -> None:
     for rid in ids:
         assert reader.get_run(rid[:12]) == full.get_run(rid[:12])
         assert reader.run_artifacts(rid) == full.run_artifacts(rid)
+        assert reader.get_step_runs(rid[:12]) == full.get_step_runs(rid[:12])
+    steps = reader.get_step_runs(ids[1])
+    assert [s["step_name"] for s in steps] == ["load", "fit"]
+    assert steps[0]["details"]["reads"]["files"] == {"/etc/app.yaml": "d" * 64}
+    assert steps[1]["inputs"] == [{"name": "x", "hash": "a" * 64, "source": None}]
     assert reader.get_run(ids[0]).git_dirty is True
     assert str(reader.latest_metrics(ids)) == str(full.latest_metrics(ids))  # NaN != NaN
     assert reader.list_dataset_versions() == full.list_dataset_versions()

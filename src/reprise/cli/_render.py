@@ -125,8 +125,38 @@ def run_detail(info: dict[str, Any]) -> None:
         for name, a in info["artifacts"].items():
             table.add_row(name, a["kind"], human_bytes(a["size"]), a["hash"][:16])
         con.print(table)
+    if info.get("reads"):
+        _reads_table(con, info["reads"])
     if info["children"]:
         con.print(f"  children     {len(info['children'])}: {', '.join(info['children'][:5])}")
+
+
+def _reads_table(con: Any, rows: list[dict[str, Any]]) -> None:
+    """What steps read beyond their declared inputs (checked before a cached result is
+    reused): content hashes of files, keyed digests of variables (never their values)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="reads not declared as inputs (checked before reuse)",
+                  title_justify="left", box=None)
+    for col in ("step", "", "read", "digest"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        if r["kind"] == "rerun":
+            what, digest = f"[yellow]re-executed:[/] {escape(r['name'])}", ""
+        elif r["kind"] == "env":
+            what = "environment iterated" if r["name"] == "*" else escape(f"${r['name']}")
+            digest = "" if r["name"] == "*" else _digest(r["digest"], "unset")
+        else:
+            what, digest = escape(r["name"]), _digest(r["digest"], "absent")
+        table.add_row(escape(r["step"]), r["status"], what, digest)
+    con.print(table)
+
+
+def _digest(value: str | None, missing: str) -> str:
+    if value is None:
+        return missing
+    return value[:16] if len(value) == 64 else value
 
 
 def _git(info: dict[str, Any]) -> str:

@@ -51,6 +51,14 @@ url = ""
 system_metrics_interval = 10.0
 # Seconds between background ingestions of the metric journal into the database.
 flush_interval = 2.0
+
+[pipeline]
+# Watch the files and environment variables each step reads beyond its declared inputs:
+# they are checked before a cached result is reused (REPRISE_WATCH_READS=0 turns it off).
+watch_reads = true
+# Paths (absolute, ~/..., or relative to this project) and variable names not to watch.
+ignore_reads = []
+ignore_env = []
 """
 
 
@@ -64,6 +72,10 @@ class Config:
     artifacts_url: str
     system_metrics_interval: float = 10.0
     flush_interval: float = 2.0
+    watch_reads: bool = True
+    """Record what steps read beyond their inputs and check it before reuse."""
+    ignore_reads: tuple[str, ...] = ()
+    ignore_env: tuple[str, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -132,6 +144,7 @@ def load_config(root: str | os.PathLike[str] | None = None) -> Config:
     store = _section(raw, "store", path)
     arts = _section(raw, "artifacts", path)
     tracking = _section(raw, "tracking", path)
+    pipeline = _section(raw, "pipeline", path)
     store_url = os.environ.get("REPRISE_STORE_URL") or str(store.get("url") or "")
     artifacts_url = os.environ.get("REPRISE_ARTIFACTS_URL") or str(arts.get("url") or "")
     if not store_url:
@@ -144,6 +157,9 @@ def load_config(root: str | os.PathLike[str] | None = None) -> Config:
         artifacts_url=artifacts_url,
         system_metrics_interval=_number(tracking, "system_metrics_interval", 10.0, path),
         flush_interval=_number(tracking, "flush_interval", 2.0, path),
+        watch_reads=_watch_reads(pipeline, path),
+        ignore_reads=_strings(pipeline, "ignore_reads", path),
+        ignore_env=_strings(pipeline, "ignore_env", path),
         raw=raw,
     )
 
@@ -160,3 +176,28 @@ def _number(section: dict[str, Any], key: str, default: float, path: Path) -> fl
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         raise ConfigError(f"{path}: {key} must be a number >= 0, got {value!r}.")
     return float(value)
+
+
+_SWITCH = {"1": True, "true": True, "on": True, "yes": True,
+           "0": False, "false": False, "off": False, "no": False}
+
+
+def _watch_reads(section: dict[str, Any], path: Path) -> bool:
+    env = os.environ.get("REPRISE_WATCH_READS")
+    if env is not None and env.strip() != "":
+        if env.strip().lower() not in _SWITCH:
+            raise ConfigError(f"REPRISE_WATCH_READS must be 1 or 0 (on/off), got {env!r}.")
+        return _SWITCH[env.strip().lower()]
+    value = section.get("watch_reads", True)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{path}: [pipeline] watch_reads must be true or false, "
+                          f"got {value!r}.")
+    return value
+
+
+def _strings(section: dict[str, Any], key: str, path: Path) -> tuple[str, ...]:
+    value = section.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"{path}: [pipeline] {key} must be a list of non-empty strings, "
+                          f"got {value!r}.")
+    return tuple(value)

@@ -41,6 +41,7 @@ class Task:
     attempt: int = 1
     run_id: str | None = None  # the pipeline run (not part of the cache key)
     scope: dict[str, Any] | None = None  # the environment part of the cache key (._scope)
+    watch: Any = None  # a ._reads.WatchSpec: record the files and variables the step reads
 
 
 @dataclass
@@ -57,6 +58,9 @@ class TaskResult:
     pid: int = 0
     # distribution -> version the outputs turned out to depend on (._scope)
     requires: dict[str, str] = field(default_factory=dict)
+    # files and environment variables the step read beyond its inputs (._reads), when
+    # watched: {"files": {path: hash}, "env": {name: digest}}
+    reads: dict[str, Any] | None = None
 
 
 #: Artifacts logged inside a step are extra outputs named with this prefix.
@@ -255,7 +259,7 @@ def execute_task(task: Task, store: Any = None) -> TaskResult:
                 raise ValueError(f"unknown input kind {kind!r}")
         _active.push(ctx)  # type: ignore[arg-type]
         try:
-            with seeded(task.seed):
+            with seeded(task.seed), _watched(task) as seen:
                 value = func(**kwargs)
         finally:
             _active.remove(ctx)  # type: ignore[arg-type]
@@ -268,6 +272,10 @@ def execute_task(task: Task, store: Any = None) -> TaskResult:
         for oname, obj in split_outputs(st, value):
             result.outputs.append({"name": oname, **save_object(store, obj).to_dict()})
         result.outputs.extend(ctx.artifacts)
+        if seen is not None:
+            from reprise.pipeline._files import FileHasher
+
+            result.reads = seen.record(FileHasher(task.watch.hash_cache))
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit from a step is a step failure too
@@ -284,6 +292,17 @@ def execute_task(task: Task, store: Any = None) -> TaskResult:
     result.metrics = ctx.metrics
     result.requires = dict(sorted(ctx.requires.items())) if result.error is None else {}
     return result
+
+
+def _watched(task: Task) -> contextlib.AbstractContextManager[Any]:
+    """Watch the step's reads (see ``._reads``) when the task asks for it; the step's
+    ``File``/``Dir`` inputs are declared, so they are not reported."""
+    if task.watch is None:
+        return contextlib.nullcontext()
+    from reprise.pipeline._reads import watch_reads
+
+    declared = [payload["path"] for kind, payload in task.inputs.values() if kind == "path"]
+    return watch_reads(task.watch, declared)
 
 
 def _step_for(func: Any) -> Any:

@@ -29,6 +29,13 @@ from reprise.pipeline._execute import ARTIFACT_PREFIX, Task, TaskResult, module_
 from reprise.pipeline._executors import Executor, LocalExecutor
 from reprise.pipeline._files import FileHasher, PathInput, is_external
 from reprise.pipeline._pipeline import Graph, Node, Pipeline, is_gather
+from reprise.pipeline._reads import (
+    WatchSpec,
+    read_key,
+    stale_reads,
+    warn_undeclared_reads,
+    watch_spec,
+)
 from reprise.pipeline._scope import step_scope
 from reprise.pipeline._step import StepOutput, join_outputs
 
@@ -57,6 +64,9 @@ class NodeState:
     error: str | None = None
     attempts: int = 0
     started: float | None = None
+    # files and environment variables the step read beyond its inputs (see ._reads)
+    reads: dict[str, Any] = field(default_factory=dict)
+    rerun_because: list[str] = field(default_factory=list)  # a cache entry's reads changed
 
 
 @dataclass
@@ -158,7 +168,7 @@ def run_pipeline(pipe: Pipeline, raw_params: Mapping[str, Any], *, seed: int = 0
     step_cache = StepCache(ws.config.workspace_dir / "cache" / "steps")
     sys_path = [p for p in sys.path if p]
     ctx = _RunContext(graph, states, fps, raw_inputs, store, step_cache, run, seed, sys_path,
-                      cache, forced, progress, ws)
+                      cache, forced, progress, ws, hasher, _watch_spec(ws))
     status, error = "finished", None
     failed_step: tuple[str, str] | None = None
     try:
@@ -215,6 +225,15 @@ class _RunContext:
     forced: set[str]
     progress: Any
     ws: Any
+    hasher: FileHasher
+    watch: WatchSpec | None  # None: reads are not watched (config watch_reads = false)
+
+
+def _watch_spec(ws: Any) -> WatchSpec | None:
+    cfg = ws.config
+    if not cfg.watch_reads:
+        return None
+    return watch_spec(ws, ignore_paths=cfg.ignore_reads, ignore_env=cfg.ignore_env)
 
 
 def _schedule(ctx: _RunContext, ex: Executor, selected: set[str]) -> tuple[str, str] | None:
@@ -242,15 +261,19 @@ def _schedule(ctx: _RunContext, ex: Executor, selected: set[str]) -> tuple[str, 
             key, task, key_parts = _prepare(ctx, node)
             st = states[n]
             st.key = key
+            stale: list[str] = []
             if ctx.use_cache and node.step.cache and n not in ctx.forced:
                 entry = ctx.cache.get(key, ctx.store)
                 if entry is not None:
-                    _reuse(ctx, node, entry, key_parts)
-                    resolved(n)
-                    continue
+                    stale = _stale(ctx, entry)
+                    if not stale:
+                        _reuse(ctx, node, entry, key_parts)
+                        resolved(n)
+                        continue
+                    st.rerun_because = stale
             st.status, st.started, st.attempts = "running", time.perf_counter(), 1
             if ctx.progress is not None:
-                ctx.progress.update(n, "running")
+                ctx.progress.update(n, "running", note=_stale_note(stale))
             alone = not running and not ready
             running[ex.submit(task, alone=alone)] = (n, key, task, key_parts)
         if not running:
@@ -323,7 +346,7 @@ def _prepare(ctx: _RunContext, node: Node) -> tuple[str, Task, dict[str, Any]]:
     task = Task(node=node.name, module=step_.module, qualname=step_.qualname,
                 module_file=module_file(step_.module), inputs=task_inputs, seed=seed,
                 artifacts_url=str(ctx.ws.config.artifacts_url), sys_path=ctx.sys_path,
-                run_id=ctx.run.id, scope=parts["env"])
+                run_id=ctx.run.id, scope=parts["env"], watch=ctx.watch)
     return key, task, parts
 
 
@@ -354,6 +377,27 @@ def _inputs_record(ctx: _RunContext, node: Node) -> list[dict[str, Any]]:
     return out
 
 
+def _stale(ctx: _RunContext, entry: dict[str, Any]) -> list[str]:
+    """Why a cache entry no longer holds because of what its step read (empty: it holds).
+
+    With the watch on, an entry written without it is a miss: what that execution read
+    is unknown (the cache fails toward recomputing)."""
+    reads = entry.get("reads")
+    if reads is None:
+        return ["its reads were not watched"] if ctx.watch is not None else []
+    if not reads.get("files") and not reads.get("env"):
+        return []
+    key = (ctx.watch.key if ctx.watch is not None
+           else read_key(ctx.ws.config.workspace_dir / "cache"))
+    return stale_reads(reads, ctx.hasher, key)
+
+
+def _stale_note(stale: list[str]) -> str:
+    if not stale:
+        return ""
+    return stale[0] + (f" (+{len(stale) - 1} more)" if len(stale) > 1 else "")
+
+
 def _reuse(ctx: _RunContext, node: Node, entry: dict[str, Any], parts: dict[str, Any]) -> None:
     st = ctx.states[node.name]
     st.status, st.outputs = "cached", entry["outputs"]
@@ -361,13 +405,14 @@ def _reuse(ctx: _RunContext, node: Node, entry: dict[str, Any], parts: dict[str,
     st.saved = float(entry.get("duration") or 0.0)
     st.metrics = [tuple(m) for m in entry.get("metrics", [])]  # type: ignore[misc]
     st.step_run_id = new_id()
+    st.reads = entry.get("reads") or {}
     ctx.run.record_step({
         "id": st.step_run_id, "step_name": node.name, "cache_key": st.key, "status": "cached",
         "reused_from": st.reused_from, "started_at": time.time(), "ended_at": time.time(),
         "duration": 0.0, "seed": parts["seed"], "code_hash": parts["code"],
         "details": {"key_parts": parts, "callsite": node.callsite,
                     "original_run": entry.get("run_id"),
-                    "requires": entry.get("requires") or {}},
+                    "requires": entry.get("requires") or {}, "reads": st.reads},
         "inputs": _inputs_record(ctx, node), "outputs": st.outputs})
     _log_step_metrics(ctx, node.name, st.metrics)
     if ctx.progress is not None:
@@ -383,23 +428,28 @@ def _finish(ctx: _RunContext, node: Node, key: str, task: Task, parts: dict[str,
     st.outputs = [{**o, "created": time.time()} for o in res.outputs] if ok else []
     ctx.store.pin(o["hash"] for o in st.outputs)  # a worker's pins end with the worker
     st.error = res.error
+    st.reads = res.reads or {}
     record = {
         "id": st.step_run_id, "step_name": node.name, "cache_key": key,
         "status": "executed" if ok else "failed", "started_at": res.started_at,
         "ended_at": res.ended_at, "duration": res.duration, "energy_joules": res.energy_joules,
         "error": res.error, "seed": task.seed, "code_hash": parts["code"],
         "details": {"key_parts": parts, "callsite": node.callsite, "attempts": st.attempts,
-                    "pid": res.pid, "requires": res.requires},
+                    "pid": res.pid, "requires": res.requires, "reads": st.reads,
+                    **({"rerun_because": st.rerun_because} if st.rerun_because else {})},
         "inputs": _inputs_record(ctx, node), "outputs": st.outputs,
     }
     ctx.run.record_step(record)
     _log_step_metrics(ctx, node.name, res.metrics)  # a failed step's too: say why it failed
     if ok:
+        warn_undeclared_reads(node.name, st.reads)
         if node.step.cache:
-            ctx.cache.put(key, {"step": node.name, "outputs": st.outputs,
-                                "metrics": res.metrics, "duration": res.duration,
-                                "requires": res.requires,
-                                "run_id": ctx.run.id, "step_run_id": st.step_run_id})
+            entry = {"step": node.name, "outputs": st.outputs, "metrics": res.metrics,
+                     "duration": res.duration, "requires": res.requires,
+                     "run_id": ctx.run.id, "step_run_id": st.step_run_id}
+            if res.reads is not None:  # watched: the entry holds while these still do
+                entry["reads"] = res.reads
+            ctx.cache.put(key, entry)
     if ctx.progress is not None:
         ctx.progress.update(node.name, st.status, duration=res.duration,
                             note=(res.error_type or "") if not ok else "")

@@ -183,6 +183,31 @@ class SqliteReader:
                          {"id": run_id})
         return {r["name"]: _rows.artifact_record(r) for r in rows}
 
+    def get_step_runs(self, run_id: str) -> list[dict[str, Any]]:
+        """As :meth:`BaseMetadataStore.get_step_runs`: the run's step runs in order, each
+        with its ``details`` decoded and its ``inputs``/``outputs`` edges."""
+        import json
+
+        run_id = self.get_run(run_id).id
+        steps = self._all("SELECT * FROM step_runs WHERE run_id = :id ORDER BY started_at, id",
+                          {"id": run_id})
+        by_id = {}
+        for st in steps:
+            st["details"] = json.loads(st.get("details") or "{}")
+            st["inputs"], st["outputs"] = [], []
+            by_id[st["id"]] = st
+        ids = list(by_id)
+        for i in range(0, len(ids), _CHUNK):
+            marks, params = _rows.in_list("s", ids[i:i + _CHUNK])
+            for table, key in (("step_inputs", "inputs"), ("step_outputs", "outputs")):
+                for r in self._all(f"SELECT * FROM {table} WHERE step_run_id IN ({marks}) "
+                                   "ORDER BY name", params):
+                    edge = {"name": r["name"], "hash": r["artifact_hash"]}
+                    if key == "inputs":
+                        edge["source"] = r["source"]
+                    by_id[r["step_run_id"]][key].append(edge)
+        return steps
+
     # -- datasets and models ---------------------------------------------------------
     def list_dataset_versions(self, name: str | None = None) -> list[DatasetRecord]:
         where = "" if name is None else " WHERE name = :name"

@@ -12,7 +12,8 @@ from reprise.core.errors import UserError
 from reprise.store._metadata_base import RunFilter
 from reprise.store._workspace import Workspace
 
-__all__ = ["compare_runs", "describe_run", "env_diff", "list_runs", "run_dict", "short_run_ids"]
+__all__ = ["compare_runs", "describe_run", "env_diff", "list_runs", "run_dict", "short_run_ids",
+           "step_reads"]
 
 
 def run_dict(r: RunRecord, latest: dict[str, MetricPoint] | None = None) -> dict[str, Any]:
@@ -82,7 +83,30 @@ def describe_run(ws: Workspace, run_id: str) -> dict[str, Any]:
     }
     out["children"] = [c.id for c in store.list_runs(RunFilter(parent_id=rec.id,
                                                                 ascending=True))]
+    out["reads"] = step_reads(store.get_step_runs(rec.id))
     return out
+
+
+def step_reads(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What each step read beyond its declared inputs (recorded by the pipeline runner's
+    read watch), one row per file or variable: ``step``, ``status`` (executed/cached),
+    ``kind`` (file/env), ``name``, ``digest`` (content hash or keyed value digest; None:
+    absent or unset), plus a ``rerun_because`` row list for steps that re-executed
+    because one of them had changed."""
+    rows: list[dict[str, Any]] = []
+    for st in steps:
+        details = st.get("details") or {}
+        reads = details.get("reads") or {}
+        base = {"step": st["step_name"], "status": st["status"]}
+        for path, digest in sorted((reads.get("files") or {}).items()):
+            rows.append({**base, "kind": "file", "name": path, "digest": digest})
+        for name, digest in sorted((reads.get("env") or {}).items()):
+            rows.append({**base, "kind": "env", "name": name, "digest": digest})
+        if reads.get("env_enumerated"):
+            rows.append({**base, "kind": "env", "name": "*", "digest": None})
+        for why in details.get("rerun_because") or ():
+            rows.append({**base, "kind": "rerun", "name": why, "digest": None})
+    return rows
 
 
 def compare_runs(ws: Workspace, a: str, b: str) -> dict[str, Any]:
