@@ -8,6 +8,17 @@ decision is applied by compare-and-set on the rollout's decision counter, with i
 audit event (evidence included) in the same transaction, so no decision is ever
 taken twice, however many servers analyse the same window.
 
+For a server following ``NAME@ALIAS`` (the hooks it calls; all on ``ws.metadata``):
+
+* each poll, ``find_rollout(name, alias, running_only=True)``: route by its ``weight`` and
+  ``phase`` (``shadow``: copies only), sticky by its ``key``;
+* count outcomes per version in :class:`~reprise.core.BucketRow` rows of
+  ``bucket_of(t, bucket_seconds(rec.interval_s))`` and flush them with ``add_buckets``
+  (rows add up, so a bucket may be flushed in parts, by every server);
+* the decider: ``acquire_lease("rollout:" + rec.id, holder, ttl_s, time.time())``, and
+  while it holds it, ``analyze_once(name, alias, rollout_id=rec.id, actor=holder)``
+  every poll (a hard failure is acted on at once; other decisions come when due).
+
 Example:
     >>> rec = start_rollout("churn", 2, interval="5m")       # doctest: +SKIP
     >>> analyze_once("churn", "production").action          # doctest: +SKIP
@@ -72,7 +83,7 @@ def start_rollout(name: str, candidate: int, *, alias: str = "production",
     ``policy`` a YAML file, a mapping or a :class:`Policy`; ``key_header`` or
     ``key_column`` makes routing sticky per key.
     """
-    from reprise.registry._registry import get_version, split_ref
+    from reprise.registry._registry import split_ref
 
     split_ref(f"{name}@{alias}")  # the name rules, as the registry words them
     if strategy not in STRATEGIES:
@@ -83,23 +94,7 @@ def start_rollout(name: str, candidate: int, *, alias: str = "production",
     key = _key(key_header, key_column)
     ws = _ws(workspace)
     store = ws.metadata
-    stable = _stable(ws, name, alias)
-    cand = get_version(ws, name, candidate)
-    if cand.version == stable.version:
-        raise UserError(f"{name}@{alias} is version {candidate} already; a rollout needs "
-                        "another version as its candidate")
-    gates = _check_candidate(cand, alias, force, reason)
-    running = store.find_rollout(name, alias, running_only=True)
-    if running is not None:
-        raise UserError(f"{name}@{alias} already has a running rollout {running.id} (to "
-                        f"version {running.candidate}); finish it first with `reprise "
-                        f"rollout promote {name} --alias {alias}` or `reprise rollout abort "
-                        f"{name} --alias {alias}`")
-    problems = signature_problems(stable.signature, cand.signature)
-    if problems:
-        raise UserError(f"{cand.ref}'s signature does not suit the requests of {stable.ref} "
-                        f"(the stable version of {name}@{alias}): " + "; ".join(problems)
-                        + ". A rollout sends the same requests to both versions.")
+    stable, cand, gates = _versions(ws, name, alias, candidate, force, reason)
     if "column" in key:
         _check_key_column(key["column"], stable.signature, cand.signature)
     from reprise.registry._api import RegistrySource
@@ -121,6 +116,32 @@ def start_rollout(name: str, candidate: int, *, alias: str = "production",
     if force:
         payload.update(force=True, reason=reason)
     return store.create_rollout(rec, (who, "rollout.start", rec.ref, payload))  # type: ignore[no-any-return]
+
+
+def _versions(ws: Any, name: str, alias: str, candidate: int, force: bool,
+              reason: str | None) -> tuple[Any, Any, Any]:
+    """``(stable, candidate, gates_passed)``, or a UserError for a candidate that cannot
+    serve the stable version's traffic (see :func:`start_rollout`); reads only."""
+    from reprise.registry._registry import get_version
+
+    stable = _stable(ws, name, alias)
+    cand = get_version(ws, name, candidate)
+    if cand.version == stable.version:
+        raise UserError(f"{name}@{alias} is version {candidate} already; a rollout needs "
+                        "another version as its candidate")
+    gates = _check_candidate(cand, alias, force, reason)
+    running = ws.metadata.find_rollout(name, alias, running_only=True)
+    if running is not None:
+        raise UserError(f"{name}@{alias} already has a running rollout {running.id} (to "
+                        f"version {running.candidate}); finish it first with `reprise "
+                        f"rollout promote {name} --alias {alias}` or `reprise rollout abort "
+                        f"{name} --alias {alias}`")
+    problems = signature_problems(stable.signature, cand.signature)
+    if problems:
+        raise UserError(f"{cand.ref}'s signature does not suit the requests of {stable.ref} "
+                        f"(the stable version of {name}@{alias}): " + "; ".join(problems)
+                        + ". A rollout sends the same requests to both versions.")
+    return stable, cand, gates
 
 
 def _steps(strategy: str, steps: Sequence[int] | None) -> list[int]:
