@@ -21,6 +21,13 @@ from reprise.core._hashing import (
 )
 from reprise.core._ids import new_id, shortest_unique_prefixes
 from reprise.core._lazy import require
+from reprise.core._rollout_types import (
+    LATENCY_BOUNDS_MS,
+    ROLLOUT_STATES,
+    STRATEGIES,
+    BucketRow,
+    RolloutRecord,
+)
 from reprise.core._types import (
     ArtifactRecord,
     DatasetRecord,
@@ -31,12 +38,17 @@ from reprise.core._types import (
 )
 
 __all__ = [
+    "LATENCY_BOUNDS_MS",
+    "ROLLOUT_STATES",
+    "STRATEGIES",
     "TMP_PREFIX",
     "WORKSPACE_DIR",
     "ArtifactRecord",
+    "BucketRow",
     "DatasetRecord",
     "Config",
     "MetricPoint",
+    "RolloutRecord",
     "RunKind",
     "RunRecord",
     "RunStatus",

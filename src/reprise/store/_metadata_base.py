@@ -6,6 +6,7 @@ import abc
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from reprise.core._rollout_types import BucketRow, RolloutRecord
 from reprise.core._types import (
     ArtifactRecord,
     AuditEvent,
@@ -272,6 +273,69 @@ class BaseMetadataStore(abc.ABC):
     def list_audit_events(self) -> list[AuditEvent]:
         """The whole audit log, by sequence number (as stored: verification is the
         registry's, see :mod:`reprise.registry._audit`)."""
+
+    # -- rollouts (deployments) -------------------------------------------------------
+    # A rollout's creation and its decisions append their audit events to the same chain,
+    # in the transaction that makes the change.
+
+    @abc.abstractmethod
+    def create_rollout(self, rec: RolloutRecord,
+                       event: tuple[str, str, str, dict[str, Any]]) -> RolloutRecord:
+        """Store a new rollout. In the same transaction: UserError (nothing written) if
+        ``rec.name@rec.alias`` has a running rollout (the message names it) or no longer
+        points at ``rec.stable``. The event's payload gets ``rollout``."""
+
+    @abc.abstractmethod
+    def get_rollout(self, rollout_id: str) -> RolloutRecord | None:
+        """The rollout with this id, or None."""
+
+    @abc.abstractmethod
+    def find_rollout(self, name: str, alias: str | None = None, *,
+                     running_only: bool = False) -> RolloutRecord | None:
+        """The newest rollout of ``name`` (of ``alias``; only a running one), or None."""
+
+    @abc.abstractmethod
+    def list_rollouts(self, name: str | None = None, *, alias: str | None = None,
+                      running_only: bool = False) -> list[RolloutRecord]:
+        """Rollouts, newest first."""
+
+    @abc.abstractmethod
+    def apply_rollout_decision(self, rollout_id: str, expected_decisions: int,
+                               changes: dict[str, Any],
+                               event: tuple[str, str, str, dict[str, Any]], *,
+                               move_alias_to: int | None = None,
+                               package_hash: str | None = None) -> bool:
+        """Compare-and-set: if the rollout is running and has applied exactly
+        ``expected_decisions`` decisions, set ``changes`` (record fields), count the
+        decision, append ``event`` (its payload gets ``rollout`` and ``decision``, the
+        count) and, with ``move_alias_to``, point the alias at that version as
+        :meth:`set_alias` does (its own ``promote`` event, its rules, ``package_hash``)
+        — all in one transaction — and return True. Else change nothing and return
+        False: another caller decided first, or the rollout ended."""
+
+    @abc.abstractmethod
+    def add_buckets(self, rows: Sequence[BucketRow]) -> None:
+        """Add ``rows`` to the stored buckets: a row whose key (rollout, version, bucket,
+        server) is stored already adds its counts to it. Safe from many processes."""
+
+    @abc.abstractmethod
+    def window_buckets(self, rollout_id: str, first_bucket: int,
+                       last_bucket: int) -> list[BucketRow]:
+        """The rollout's rows with ``first_bucket <= bucket <= last_bucket``."""
+
+    @abc.abstractmethod
+    def acquire_lease(self, key: str, holder: str, ttl_s: float, now: float) -> bool:
+        """Take ``key`` for ``holder`` until ``now + ttl_s`` if it is free, expired at
+        ``now`` or already ``holder``'s (then renew it); True if ``holder`` has it now.
+        Of two callers racing for a free lease exactly one gets it."""
+
+    @abc.abstractmethod
+    def release_lease(self, key: str, holder: str) -> None:
+        """Give ``key`` up if ``holder`` has it (so another may take it at once)."""
+
+    @abc.abstractmethod
+    def lease_holder(self, key: str, now: float) -> str | None:
+        """Who holds ``key`` at ``now`` (None when it is free or expired)."""
 
     def close(self) -> None:
         """Release connections."""

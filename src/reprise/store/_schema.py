@@ -20,6 +20,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 
 from reprise.store._rows import HEAD_REVISION
@@ -239,4 +240,61 @@ alias_history = Table(
     Column("version", Integer, nullable=False),
     Column("time", Float, nullable=False),
     Index("ix_alias_history_name_alias", "name", "alias"),
+)
+
+# --- revision 0006: rollouts (deployments), their outcome buckets, leases ---------------
+
+rollouts = Table(
+    "rollouts",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("name", NAME, nullable=False),
+    Column("alias", NAME, nullable=False),
+    Column("stable", Integer, nullable=False),
+    Column("candidate", Integer, nullable=False),
+    Column("strategy", String(16), nullable=False),
+    Column("steps", Text, nullable=False),  # JSON list of weights
+    Column("interval_s", Float, nullable=False),
+    Column("policy", Text, nullable=False),  # JSON: the resolved policy
+    Column("key", Text, nullable=False),  # JSON: {"header": ...} | {"column": ...} | {}
+    Column("state", String(16), nullable=False),
+    Column("step", Integer, nullable=False),
+    Column("weight", Float, nullable=False),
+    Column("phase", String(16), nullable=False),
+    Column("step_started_at", Float, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("ended_at", Float),
+    Column("failures", Integer, nullable=False),
+    Column("decisions", Integer, nullable=False),
+    Column("reason", Text),
+    Column("actor", String(255), nullable=False),
+    Column("analyzed_at", Float),
+    Index("ix_rollouts_name_alias", "name", "alias"),
+    # at most one running rollout per alias, whatever the callers checked first
+    Index("ux_rollouts_running", "name", "alias", unique=True,
+          sqlite_where=text("state = 'running'"), postgresql_where=text("state = 'running'")),
+)
+
+rollout_buckets = Table(
+    "rollout_buckets",
+    metadata,
+    Column("rollout_id", ID, ForeignKey("rollouts.id", ondelete="CASCADE"), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("bucket", BigInteger, primary_key=True),
+    Column("server", String(255), primary_key=True),
+    Column("requests", BigInteger, nullable=False),
+    Column("errors", BigInteger, nullable=False),
+    Column("latency", Text, nullable=False),  # JSON list of counts per LATENCY_BOUNDS_MS
+    Column("outputs", Text, nullable=False),  # JSON {label: count}
+    Column("shadow_compared", BigInteger, nullable=False),
+    Column("shadow_agreed", BigInteger, nullable=False),
+    Column("shadow_dropped", BigInteger, nullable=False),
+)
+
+leases = Table(
+    "leases",
+    metadata,
+    Column("key", String(255), primary_key=True),
+    Column("holder", String(255), nullable=False),
+    Column("expires_at", Float, nullable=False),
 )

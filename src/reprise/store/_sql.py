@@ -43,6 +43,7 @@ from reprise.store._rows import dataset_record as _dataset_record
 from reprise.store._rows import latest_metrics_sql, latest_point
 from reprise.store._rows import run_record as _record
 from reprise.store._sql_registry import SqlRegistryMixin
+from reprise.store._sql_rollouts import SqlRolloutMixin
 
 __all__ = ["SqlMetadataStore", "normalise_url", "upgrade_database"]
 
@@ -112,7 +113,7 @@ def _is_lock_error(exc: OperationalError) -> bool:
     return "locked" in text or "busy" in text or "deadlock" in text
 
 
-class SqlMetadataStore(SqlRegistryMixin, BaseMetadataStore):
+class SqlMetadataStore(SqlRolloutMixin, SqlRegistryMixin, BaseMetadataStore):
     """:class:`BaseMetadataStore` on any SQLAlchemy database (tested: SQLite, PostgreSQL).
 
     Example:

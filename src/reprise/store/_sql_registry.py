@@ -30,7 +30,7 @@ from reprise.store import _schema as s
 from reprise.store._rows import loads as _loads
 from reprise.store._rows import version_record as _version
 
-__all__ = ["SqlRegistryMixin"]
+__all__ = ["Event", "SqlRegistryMixin"]
 
 T = TypeVar("T")
 Event = tuple[str, str, str, dict[str, Any]]
@@ -158,24 +158,28 @@ class SqlRegistryMixin:
 
     def set_alias(self, name: str, alias: str, version: int, event: Event, *,
                   package_hash: str | None = None) -> int | None:
-        al = s.aliases
+        return self._tx(lambda conn: self._move_alias(conn, name, alias, version, event,
+                                                      package_hash))
 
-        def go(conn: Connection) -> int | None:
-            row = _locked_version(conn, name, version)
-            _check_promotable(row, alias, package_hash)
-            before = conn.execute(sa.select(al.c.version).where(
-                al.c.name == name, al.c.alias == alias)).scalar()
-            if before is not None and int(before) == version:
-                return version  # already there: no history entry, nothing to audit
-            now = time.time()
-            self._upsert(conn, al, [{"name": name, "alias": alias, "version": version,
-                                     "updated_at": now}], ["name", "alias"])
-            conn.execute(s.alias_history.insert().values(name=name, alias=alias,
-                                                         version=version, time=now))
-            previous = None if before is None else int(before)
-            self._append(conn, event, previous=previous)
-            return previous
-        return self._tx(go)
+    def _move_alias(self, conn: Connection, name: str, alias: str, version: int,
+                    event: Event, package_hash: str | None) -> int | None:
+        """:meth:`set_alias` inside the caller's transaction (a rollout's promotion moves
+        the alias in the transaction that records its decision)."""
+        al = s.aliases
+        row = _locked_version(conn, name, version)
+        _check_promotable(row, alias, package_hash)
+        before = conn.execute(sa.select(al.c.version).where(
+            al.c.name == name, al.c.alias == alias)).scalar()
+        if before is not None and int(before) == version:
+            return version  # already there: no history entry, nothing to audit
+        now = time.time()
+        self._upsert(conn, al, [{"name": name, "alias": alias, "version": version,
+                                 "updated_at": now}], ["name", "alias"])
+        conn.execute(s.alias_history.insert().values(name=name, alias=alias,
+                                                     version=version, time=now))
+        previous = None if before is None else int(before)
+        self._append(conn, event, previous=previous)
+        return previous
 
     def rollback_alias(self, name: str, alias: str, event: Event) -> tuple[int, int] | None:
         al, h = s.aliases, s.alias_history
