@@ -6,6 +6,10 @@ health probes and Prometheus metrics; requests are validated against the model's
 signature and gathered into micro-batches; aliases are followed and versions swapped
 without dropping requests. ``run_server`` runs it with uvicorn (``reprise serve``).
 
+Rollouts (canary, shadow, blue-green) move an alias to a candidate version under
+automatic analysis: ``start_rollout``, ``rollout_status``, ``list_rollouts``,
+``promote_rollout``, ``abort_rollout``, and ``analyze_once`` (one decision round).
+
 Nothing heavy is imported here: FastAPI, uvicorn, prometheus-client and numpy load when
 a server is created.
 
@@ -22,12 +26,27 @@ from typing import TYPE_CHECKING
 from reprise.core._lazy import lazy_attributes
 from reprise.serve._settings import TOKEN_ENV, ModelSettings, Settings
 
-__all__ = ["TOKEN_ENV", "ModelSettings", "Settings", "create_app", "run_server"]
+__all__ = ["TOKEN_ENV", "ModelSettings", "Policy", "Settings", "abort_rollout", "analyze_once",
+           "create_app", "list_rollouts", "load_policy", "promote_rollout", "rollout_status",
+           "run_server", "start_rollout"]
 
-_LAZY = {"create_app": "reprise.serve._app", "run_server": "reprise.serve._run"}
+_LAZY = {"create_app": "reprise.serve._app", "run_server": "reprise.serve._run",
+         "Policy": "reprise.serve._policy", "load_policy": "reprise.serve._policy",
+         **{n: "reprise.serve._rollouts" for n in (
+             "abort_rollout", "analyze_once", "list_rollouts", "promote_rollout",
+             "rollout_status", "start_rollout")}}
 
 if TYPE_CHECKING:
     from reprise.serve._app import create_app
+    from reprise.serve._policy import Policy, load_policy
+    from reprise.serve._rollouts import (
+        abort_rollout,
+        analyze_once,
+        list_rollouts,
+        promote_rollout,
+        rollout_status,
+        start_rollout,
+    )
     from reprise.serve._run import run_server
 
 

@@ -46,7 +46,7 @@ from reprise.serve._rollout_checks import (
 __all__ = ["ACTIONS", "CHECKS", "Check", "CheckResult", "Decision", "VersionWindow",
            "burn_rates", "decide", "histogram_quantile", "register_check", "run_checks"]
 
-ACTIONS = ("wait", "hold", "step", "promote", "rollback")
+ACTIONS = ("wait", "hold", "step", "promote", "rollback", "abort")
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Decision:
     decision came first).
     """
 
-    action: str  # wait | hold | step | promote | rollback
+    action: str  # wait | hold | step | promote | rollback | abort (by hand)
     changes: dict[str, Any]
     checks: list[CheckResult]
     evidence: dict[str, Any]
