@@ -152,6 +152,13 @@ def test_a_candidate_failing_a_fifth_of_its_requests_is_rolled_back_under_load(
     on_candidate = sum(a.version == FAILING for a in before) / len(before)
     assert 0.1 < on_candidate < 0.3
     assert len(failed) / len(before) < on_candidate * 0.4
+    events = _events(clean.ws, rec.id)
+    first_fail = next(e["time"] for e in events if e["action"] == "rollout.hold"
+                      and e["payload"]["reason"].startswith("failed analysis"))
+    last_on_candidate = max(a.t for a in answers if a.version == FAILING)
+    print(f"first failing analysis -> rollback decided {events[-1]['time'] - first_fail:.2f} "
+          f"s (interval 2 s) -> last answer by the candidate "
+          f"{last_on_candidate - events[-1]['time']:+.2f} s")
 
 
 def test_a_ten_times_slower_candidate_is_rolled_back_on_p99(clean: Deploy) -> None:
@@ -295,7 +302,7 @@ def test_blue_green_checks_on_shadow_then_switches_at_once_then_promotes(
                    if e["payload"].get("phase") == "live")  # before the servers apply it
     shadowing = [a for a in load.answers if a.t < live_at]
     assert shadowing and {a.version for a in shadowing} == {stable}  # compared, not returned
-    live = [a for a in load.answers if a.t - a.seconds > phases[1][1]]
+    live = [a for a in load.answers if a.t - a.seconds > phases[1][1] + 0.5]
     assert live and {a.version for a in live} == {BLUE_GREEN}  # 100 % at once
     rows = clean.ws.metadata.window_buckets(rec.id, 0, 2**62)
     assert sum(r.shadow_compared for r in rows) >= 100

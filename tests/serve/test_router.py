@@ -243,3 +243,24 @@ def test_a_server_routes_records_and_gives_up_a_rollout(ws: Any) -> None:
     assert counted == {1: versions.count(1), 2: versions.count(2)}  # pinned: not counted
     assert sum(sum(r.outputs.values()) for r in stored) == len(during)
     assert "reprise_rollout_weight{" not in metrics  # the rollout ended: its series went
+
+
+def test_a_server_not_deciding_applies_a_decision_within_a_second(ws: Any) -> None:
+    """The alias is polled every 3 s, but while a rollout runs the record is read every
+    second: an abort decided elsewhere, just after a poll, empties the split within about a
+    second, not at the next poll."""
+    rec = start_rollout("churn", 2, steps=[30, 100], interval="1h", workspace=ws)
+    ws.metadata.acquire_lease(f"rollout:{rec.id}", "another-server", 3600, time.time())
+
+    async def main() -> float:
+        settings = Settings(poll_interval=3.0, server_name="s1")
+        async with serving(RegistrySource(ws), ["churn@production"], settings) as (c, app):
+            state = app.state.reprise
+            await wait_until(lambda: "churn@production" in state.table.splits, 20)
+            start = time.monotonic()
+            await asyncio.to_thread(abort_rollout, "churn", "decided elsewhere", workspace=ws)
+            await wait_until(lambda: not state.table.splits, 10)
+            return time.monotonic() - start
+    took = run(main())
+    assert took < 2.0
+    assert ws.metadata.lease_holder(f"rollout:{rec.id}", time.time()) == "another-server"

@@ -9,13 +9,13 @@ removes the split — rolled back or aborted: every request goes to the stable v
 at once and the candidate is drained and released; promoted: the alias has moved and
 the candidate, already warm, takes it over.
 
-Outcomes are written to the store as per-bucket sums every ``min(poll_interval, 1)``
-seconds, off the event loop. While a rollout runs, each server tries to take its
-lease (``rollout:<id>``, three polls long, renewed each poll); the holder runs
-:func:`~reprise.serve._rollouts.analyze_once` each poll, and applies what it decided at
-once; the others pick the decision up at their next poll. A decision is a
-compare-and-set in the store, so even two holders (a lease that expired during a long
-analysis) never apply one twice.
+While a rollout runs, every ``min(poll_interval, 1)`` seconds (a *tick*), each server
+writes its outcomes to the store as per-bucket sums, off the event loop, and tries to
+take the rollout's lease (``rollout:<id>``, three ticks long, renewed each tick): the
+holder runs :func:`~reprise.serve._rollouts.analyze_once` and applies what it decided
+at once; the others read the record and apply the decision within a tick. A decision
+is a compare-and-set in the store, so even two holders (a lease that expired during a
+long analysis) never apply one twice.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class RolloutController:
         self.outcomes = Outcomes(self.server)
         self.every = min(settings.poll_interval, 1.0)
         self._locks: dict[str, asyncio.Lock] = {}
-        self._deciders: dict[str, asyncio.Task[None]] = {}  # rollout id -> its decider
+        self._deciders: dict[str, asyncio.Task[None]] = {}  # rollout id -> its watcher
         self._leases: set[str] = set()  # rollout ids whose lease this server may hold
         self._refused: set[str] = set()  # rollouts whose candidate failed to load here
         self._failing: set[str] = set()  # what already logged a failure (once, not per poll)
@@ -120,7 +120,7 @@ class RolloutController:
         table.splits[ref] = split
         self._apply(split, rec)
         self._leases.add(rec.id)
-        self._deciders[rec.id] = state._spawn(self._decide(ref, rec.id))
+        self._deciders[rec.id] = state._spawn(self._watch(ref, rec.id))
         _logger.info("rollout %s of %s: v%d -> v%d (%s), candidate at %g%%", rec.id, ref,
                      rec.stable, rec.candidate, rec.strategy, rec.weight)
 
@@ -165,11 +165,14 @@ class RolloutController:
 
     # -- deciding --------------------------------------------------------------------
 
-    async def _decide(self, ref: str, rollout_id: str) -> None:
-        """While the rollout runs here: take (or renew) its lease each poll; the holder
-        analyses it and applies the decision here at once."""
+    async def _watch(self, ref: str, rollout_id: str) -> None:
+        """While the rollout runs here, every ``min(poll_interval, 1)`` seconds: take (or
+        renew) its lease; the holder analyses it and applies a decision here at once, the
+        others read the record and apply what was decided (within that second, not the
+        alias's poll)."""
         key, ttl = f"rollout:{rollout_id}", 3 * self.every
         while True:
+            await asyncio.sleep(self.every)
             split = self.state.table.splits.get(ref)
             if split is None or split.rollout.id != rollout_id or self.state.stopping:
                 return
@@ -182,7 +185,8 @@ class RolloutController:
                 held = False
             if held:
                 await self._analyze(ref, split)
-            await asyncio.sleep(self.every)
+            else:
+                await self.sync(ref)
 
     async def _analyze(self, ref: str, split: Split) -> None:
         from reprise.core.errors import NotFoundError
