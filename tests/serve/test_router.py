@@ -63,6 +63,12 @@ def _model(version: int, signature: Signature = LABELLED) -> Any:
 _stable, _candidate = _model(1), _model(2)
 
 
+class _NaNModel(FakeModel):
+    def predict(self, columns: dict[str, Any]) -> dict[str, Any]:
+        out = super().predict(columns)
+        return {**out, "score": [float("nan")] * len(out["score"])}
+
+
 # -- the split ---------------------------------------------------------------------------
 
 def test_a_key_keeps_its_slot_in_a_rollout_and_not_across_rollouts() -> None:
@@ -172,6 +178,25 @@ def test_the_shadow_drops_and_counts_when_its_queue_is_full() -> None:
     assert sum(r.shadow_agreed for r in rows) == compared
     assert {k for r in rows for k in r.outputs} == {"high"}
 
+
+
+def test_a_shadowed_candidate_answering_nan_counts_as_failing() -> None:
+    async def main() -> list[Any]:
+        stable = _served(1)
+        nan = ServedModel.create(_NaNModel("churn", 2, signature=LABELLED),
+                                 ResolvedSettings(8, 0.0, 1000.0, None, None), Metrics())
+        outcomes = Outcomes("s1")
+        shadow = Shadow(Split(_rollout(0.0, phase="shadow"), stable, nan, outcomes), Metrics(),
+                        capacity=10)
+        cols = {"x": [1.0], "y": [60], "plan": ["gold"]}
+        answer = await stable.batcher.submit(cols, 1)
+        for _ in range(5):
+            shadow.offer(cols, 1, answer)
+        await wait_until(lambda: sum(r.requests for r in outcomes._rows.values()) == 5, 5)
+        await shadow.close()
+        return outcomes.take()
+    rows = run(main())
+    assert sum(r.errors for r in rows) == 5 and sum(r.shadow_compared for r in rows) == 0
 
 
 def test_settings_check_the_key_header() -> None:

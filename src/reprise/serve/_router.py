@@ -42,6 +42,8 @@ from reprise.core._rollout_types import (
 )
 from reprise.registry import Field
 from reprise.serve._batcher import Closed, Overloaded, PredictFailed, Result
+from reprise.serve._finite import check_inputs, check_outputs
+from reprise.serve._http import HTTPError
 from reprise.serve._metrics import Metrics
 from reprise.serve._models import ServedModel
 
@@ -281,11 +283,17 @@ class Shadow:
             cand = self.split.candidate
             start = time.perf_counter()
             try:
+                check_inputs(cand, copy.columns)  # as the candidate converts them
+            except HTTPError:  # the stable version takes this input, the candidate not
+                self._drop()
+                continue
+            try:
                 result = await cand.batcher.submit(copy.columns, copy.rows)
+                check_outputs(cand, result)
             except Overloaded:
                 self._drop()
                 continue
-            except PredictFailed:
+            except (PredictFailed, HTTPError):  # raised, or answered NaN or infinity
                 self.split.outcomes.request(self.split.rollout, cand.version, error=True,
                                             seconds=time.perf_counter() - start)
                 self.metrics.shadow_copy(cand.name, str(cand.version), "failed")
