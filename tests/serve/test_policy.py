@@ -92,3 +92,15 @@ def test_durations(text: str | int, seconds: float) -> None:
 def test_bad_durations(text: object) -> None:
     with pytest.raises(UserError, match="duration"):
         parse_duration(text)  # type: ignore[arg-type]
+
+
+def test_the_readme_lists_every_key_with_its_default() -> None:
+    import json
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Policy reference", 1)[1].split("\n## ", 1)[0]
+    defaults = Policy()
+    for key in KEYS:
+        value = getattr(defaults, key.field)
+        shown = "null" if value is None else json.dumps(value)
+        assert f"| `{key.path}` | {shown}" in section, key.path

@@ -38,7 +38,8 @@ Commands:
   data     Versioned, validated datasets: add, list, show, diff, schema.
   tune     Hyperparameter search on Optuna: `reprise tune...
   models   Registered models: versions, aliases, promotion, rollback.
-  audit    The hash-chained audit log of registry changes.
+  audit    The hash-chained audit log: registry changes, rollout decisions.
+  rollout  Deployments: canary, shadow and blue-green rollouts with...
 """
 
 

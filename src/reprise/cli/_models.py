@@ -14,7 +14,7 @@ from reprise.cli._fast import workspace as _ws
 
 models_app = typer.Typer(help="Registered models: versions, aliases, promotion, rollback.",
                          no_args_is_help=True)
-audit_app = typer.Typer(help="The hash-chained audit log of registry changes.",
+audit_app = typer.Typer(help="The hash-chained audit log: registry changes, rollout decisions.",
                         no_args_is_help=True)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -178,7 +178,8 @@ def delete(name: Annotated[str, typer.Argument(help="Model name.")],
 @audit_app.command("log")
 def log(limit: Annotated[int, typer.Option(help="The newest N events (0: all).")] = 50,
         as_json: JsonOpt = False) -> None:
-    """The audit log: who did what, when, to which model."""
+    """The audit log: who did what, when, to which model (rollout decisions with their
+    reason and the checks that were not passing)."""
     from reprise.registry import audit_log
 
     events = audit_log(workspace=_ws())
@@ -192,12 +193,35 @@ def log(limit: Annotated[int, typer.Option(help="The newest N events (0: all).")
         return
     render.table(["#", "time", "actor", "action", "subject", "details", "hash"],
                  [[e["seq"], render.timestamp(e["time"]), e["actor"], e["action"],
-                   e["subject"], _details(e["payload"]), e["hash"][:12]] for e in events])
+                   e["subject"], _details(e["action"], e["payload"]), e["hash"][:12]]
+                  for e in events])
 
 
-def _details(payload: dict[str, Any]) -> str:
+def _details(action: str, payload: dict[str, Any]) -> str:
+    if action.startswith("rollout."):
+        return _rollout_details(action, payload)
     keep = {k: v for k, v in payload.items() if v is not None and k != "package"}
     return ", ".join(f"{k}={v}" for k, v in keep.items())
+
+
+def _rollout_details(action: str, p: dict[str, Any]) -> str:
+    """One line for a rollout event: which rollout, the weight move, why, and the checks
+    that did not pass (the full evidence is in ``--json``)."""
+    head = f"rollout {p.get('rollout')}"
+    if action == "rollout.start":
+        steps = ",".join(str(w) for w in p.get("steps") or [])
+        return (f"{head}: {p.get('stable')} -> {p.get('candidate')}, {p.get('strategy')}"
+                f"{' ' + steps if steps else ''}, every {p.get('interval_s')} s"
+                + (f", forced: {p.get('reason')}" if p.get("force") else ""))
+    before = (p.get("from") or {}).get("weight")
+    move = f"weight {before:g}% -> {p.get('weight'):g}%" if isinstance(before, int | float) \
+        and isinstance(p.get("weight"), int | float) else ""
+    checks = (p.get("evidence") or {}).get("checks") or []
+    off = [f"{c['name']}={c['verdict']}" for c in checks if c.get("verdict") != "pass"]
+    reason = str(p.get("reason") or "")
+    parts = [f"{head} #{p.get('decision')}", "" if move and move in reason else move, reason,
+             f"checks not passing: {', '.join(off)}" if off else ""]
+    return "; ".join(x for x in parts if x)
 
 
 @audit_app.command("verify")

@@ -27,6 +27,7 @@ it still has data when the candidate takes 100 %.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +45,8 @@ from reprise.serve._rollout_checks import (
 )
 
 __all__ = ["ACTIONS", "CHECKS", "Check", "CheckResult", "Decision", "VersionWindow",
-           "burn_rates", "decide", "histogram_quantile", "register_check", "run_checks"]
+           "burn_rates", "decide", "finite_json", "histogram_quantile", "register_check",
+           "run_checks"]
 
 ACTIONS = ("wait", "hold", "step", "promote", "rollback", "abort")
 
@@ -66,9 +68,22 @@ class Decision:
     applied: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"action": self.action, "changes": self.changes, "reason": self.reason,
-                "applied": self.applied, "checks": [c.to_dict() for c in self.checks],
-                "evidence": self.evidence}
+        return finite_json({"action": self.action, "changes": self.changes,  # type: ignore[no-any-return]
+                            "reason": self.reason, "applied": self.applied,
+                            "checks": [c.to_dict() for c in self.checks],
+                            "evidence": self.evidence})
+
+
+def finite_json(obj: Any) -> Any:
+    """``obj`` with non-finite floats as strings (``"inf"``): audit payloads and ``--json``
+    stay strict JSON (a p99 ratio over a stable p99 of 0 is infinite)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite_json(v) for v in obj]
+    return obj
 
 
 def decide(rollout: RolloutRecord, stable_w: VersionWindow, cand_w: VersionWindow,

@@ -156,8 +156,8 @@ KEYS: tuple[Key, ...] = (
         "Highest ratio of the candidate's p99 latency to the stable version's."),
     Key("latency", "ratio_floor_ms", "latency_ratio_floor_ms", _number(0, _INF,
                                                                        optional=False),
-        "A candidate p99 at or below this passes the ratio check whatever the ratio (timer "
-        "noise dominates sub-millisecond latencies)."),
+        "A candidate p99 at or below this passes the ratio check whatever the ratio (at a "
+        "few milliseconds, histogram buckets and timer noise make ratios meaningless)."),
     Key("prediction_shift", "max_distance", "prediction_shift_max",
         _number(0, 1, optional=True, low_open=True),
         "Highest Jensen-Shannon distance (base 2: 0 same, 1 disjoint) between the "
@@ -178,8 +178,9 @@ KEYS: tuple[Key, ...] = (
                                                                high_open=True),
         "The share of requests that must be faster than `latency_ms`."),
     Key("blue_green", "hold", "hold_s", _duration_or_null,
-        "How long a blue-green candidate serves 100 % while the old version stays warm "
-        "(rollback is instant meanwhile) before the alias moves; null: the interval."),
+        "After its live analysis passes, how long a blue-green candidate keeps serving 100 % "
+        "with the old version still warm (a rollback is instant meanwhile) before the alias "
+        "moves; null: the interval."),
 )
 _BY_SECTION: dict[str, dict[str, Key]] = {}
 for _k in KEYS:

@@ -29,7 +29,7 @@ from reprise.core._rollout_types import (
     bucket_seconds,
 )
 from reprise.core.errors import NotFoundError, UserError
-from reprise.serve._analysis import Decision, VersionWindow, burn_rates, decide
+from reprise.serve._analysis import Decision, VersionWindow, burn_rates, decide, finite_json
 from reprise.serve._candidate import load_and_warm_up, signature_problems
 from reprise.serve._policy import Policy, load_policy, parse_duration
 
@@ -260,7 +260,7 @@ def rollout_status(name: str, alias: str | None = None, *, now: float | None = N
         out["checks"] = [c.to_dict() for c in d.checks]
         out["next_decision_in"] = max(0.0, rec.due_at() - now)
         out["next"] = {"action": d.action, "reason": d.reason}
-    return _finite(out)  # type: ignore[no-any-return]
+    return finite_json(out)  # type: ignore[no-any-return]
 
 
 def _summary(w: VersionWindow, policy: Policy) -> dict[str, Any]:
@@ -321,7 +321,7 @@ def analyze_once(name: str, alias: str | None = None, now: float | None = None, 
 
 
 def _apply(store: Any, rec: RolloutRecord, d: Decision, actor: str) -> bool:
-    payload = _finite({"action": d.action, "reason": d.reason, "stable": rec.stable,
+    payload = finite_json({"action": d.action, "reason": d.reason, "stable": rec.stable,
                        "candidate": rec.candidate, "step": d.changes.get("step", rec.step),
                        "weight": d.changes.get("weight", rec.weight),
                        "phase": d.changes.get("phase", rec.phase),
@@ -376,15 +376,3 @@ def _finish(name: str, alias: str | None, action: str, reason: str, now: float |
         if d.applied:
             return store.get_rollout(rec.id)  # type: ignore[no-any-return]
     raise UserError(f"the rollout of {name!r} kept changing under this {action}; try again")
-
-
-def _finite(obj: Any) -> Any:
-    """``obj`` with non-finite floats as strings ("inf"): audit payloads and --json are
-    strict JSON."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return str(obj)
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    return obj
