@@ -199,6 +199,40 @@ def test_a_shadowed_candidate_answering_nan_counts_as_failing() -> None:
     assert sum(r.errors for r in rows) == 5 and sum(r.shadow_compared for r in rows) == 0
 
 
+class _Regressor(FakeModel):
+    """Answers ``x + offset``: a regression whose versions differ a little (or a lot)."""
+
+    def __init__(self, version: int, offset: float) -> None:
+        super().__init__("churn", version, signature=Signature(
+            inputs=SIGNATURE.inputs, outputs=[Field("prediction", "float")],
+            task="regression"))
+        self.offset = offset
+
+    def predict(self, columns: dict[str, Any]) -> dict[str, Any]:
+        return {"prediction": [float(x) + self.offset for x in columns["x"]]}
+
+
+@pytest.mark.parametrize(("offset", "agreed"), [(0.001, 1), (50.0, 0)])
+def test_a_regression_agrees_in_shadow_when_its_answer_falls_in_the_same_bin(
+        offset: float, agreed: int) -> None:
+    async def main() -> list[Any]:
+        def served(version: int, offset: float) -> ServedModel:
+            return ServedModel.create(_Regressor(version, offset),
+                                      ResolvedSettings(8, 0.0, 1000.0, None, None), Metrics())
+        stable, cand = served(1, 0.0), served(2, offset)
+        outcomes = Outcomes("s1")
+        shadow = Shadow(Split(_rollout(0.0, phase="shadow"), stable, cand, outcomes), Metrics(),
+                        capacity=10)
+        cols = {"x": [3.3], "y": [1], "plan": ["gold"]}
+        shadow.offer(cols, 1, await stable.batcher.submit(cols, 1))
+        await wait_until(lambda: sum(r.shadow_compared for r in outcomes._rows.values()), 5)
+        await shadow.close()
+        return outcomes.take()
+    rows = run(main())
+    assert sum(r.shadow_compared for r in rows) == 1
+    assert sum(r.shadow_agreed for r in rows) == agreed
+
+
 def test_settings_check_the_key_header() -> None:
     assert Settings(key_header="X-Customer").key_header == "x-customer"
     with pytest.raises(ConfigError, match="not an HTTP header name"):

@@ -227,7 +227,8 @@ class Split:
         if result is None and 400 <= status < 500:
             return
         ok = status == 200 and result is not None
-        outputs = output_keys(model, result.outputs) if ok and result is not None else []
+        # both versions' outputs binned by the stable version's signature: comparable
+        outputs = output_keys(self.stable, result.outputs) if ok and result is not None else []
         self.outcomes.request(self.rollout, model.version, error=not ok, seconds=seconds,
                               outputs=outputs)
 
@@ -240,7 +241,7 @@ def _threshold(weight: float) -> int:
 class _Copy:
     columns: dict[str, Any]
     rows: int
-    stable: list[Any] | None  # the stable version's answer (primary output)
+    stable: list[str] | None  # the stable version's answer: output_keys of its rows
 
 
 class Shadow:
@@ -249,23 +250,21 @@ class Shadow:
     :meth:`offer` is all the request path does: a ``put_nowait`` on a bounded queue, or
     a count when it is full. Workers on the event loop hand the copies to the
     candidate's own batcher (its own worker thread) and compare its answers with the
-    stable version's: agreement is all rows' primary outputs equal (classifiers).
+    stable version's: they agree when every row's primary output is the same class (a
+    classifier), or falls in the same score bin (:func:`output_keys`: a regression or a
+    score, which a retrained model never reproduces to the last digit).
     Copies the candidate's batcher sheds (its latency budget) count as dropped too.
     """
 
     def __init__(self, split: Split, metrics: Metrics, capacity: int) -> None:
         self.split, self.metrics = split, metrics
         self._queue: asyncio.Queue[_Copy] = asyncio.Queue(capacity)
-        self._field = _primary(split.candidate)
-        self._compare = self._field is not None and (
-            self._field.dtype != "float"
-            or split.candidate.signature.task in ("binary", "multiclass"))
         self._tasks = [asyncio.get_running_loop().create_task(self._work())
                        for _ in range(min(_SHADOW_WORKERS, capacity))]
         self.dropped = 0
 
     def offer(self, columns: dict[str, Any], rows: int, stable: Result) -> None:
-        answer = stable.outputs.get(self._field.name) if self._field is not None else None
+        answer = output_keys(self.split.stable, stable.outputs) or None
         try:
             self._queue.put_nowait(_Copy(columns, rows, answer))
         except asyncio.QueueFull:
@@ -304,11 +303,12 @@ class Shadow:
 
     def _answered(self, copy: _Copy, result: Result, seconds: float) -> None:
         split, cand = self.split, self.split.candidate
+        keys = output_keys(split.stable, result.outputs)
         split.outcomes.request(split.rollout, cand.version, error=False, seconds=seconds,
-                               outputs=output_keys(cand, result.outputs))
-        if not self._compare or copy.stable is None or self._field is None:
+                               outputs=keys)
+        if copy.stable is None:
             return
-        agreed = result.outputs.get(self._field.name) == copy.stable
+        agreed = keys == copy.stable
         split.outcomes.shadow(split.rollout, cand.version, compared=1, agreed=int(agreed))
         self.metrics.shadow_copy(cand.name, str(cand.version), "compared")
         if agreed:
