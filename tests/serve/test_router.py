@@ -323,3 +323,28 @@ def test_a_server_not_deciding_applies_a_decision_within_a_second(ws: Any) -> No
     took = run(main())
     assert took < 2.0
     assert ws.metadata.lease_holder(f"rollout:{rec.id}", time.time()) == "another-server"
+
+
+def test_a_rollout_keyed_by_an_input_column_sticks_by_its_value(ws: Any) -> None:
+    start_rollout("churn", 2, steps=[50, 100], interval="1h", key_column="a", workspace=ws)
+    values = [float(v) for v in np.linspace(-2, 2, 40)]
+
+    async def main() -> list[tuple[float, int]]:
+        settings = Settings(poll_interval=0.05, key_header=None)
+        async with serving(RegistrySource(ws), ["churn@production"], settings) as (c, app):
+            await wait_until(lambda: app.state.reprise.table.splits, 20)
+            out = []
+            for i in range(200):
+                a = values[i % 40]
+                body = ({"columns": {"a": [a, 0.0], "b": [0.5, 0.1]}} if i % 2
+                        else [{"a": a, "b": 0.5}])
+                r = await c.post("/v1/models/churn/predict", json=body)
+                assert r.status_code == 200, r.text
+                out.append((a, int(r.headers["x-reprise-model-version"])))
+            return out
+    answers = run(main())
+    by_value: dict[float, set[int]] = {}
+    for a, v in answers:
+        by_value.setdefault(a, set()).add(v)
+    assert all(len(vs) == 1 for vs in by_value.values())
+    assert {v for vs in by_value.values() for v in vs} == {1, 2}

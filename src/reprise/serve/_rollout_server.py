@@ -93,6 +93,7 @@ class RolloutController:
         stable = table.by_ref.get(ref)
         if rec.id in self._refused or stable is None or stable.version != rec.stable:
             return  # refused here, or this server has not followed the alias there yet
+        await asyncio.to_thread(_preload)
         candidate = table.loaded(rec.name, rec.candidate)
         if candidate is None:
             try:
@@ -272,6 +273,13 @@ class RolloutController:
         if what not in self._failing:
             self._failing.add(what)
             _logger.warning(msg, *args, exc_info=exc_info)
+
+
+def _preload() -> None:
+    """Import what the analysis needs now, beside the candidate's load, rather than in the
+    first analysis (scipy takes a second to import, holding the interpreter meanwhile)."""
+    import scipy.spatial.distance  # noqa: F401
+    import scipy.stats  # noqa: F401
 
 
 def _holder(rec: RolloutRecord) -> str:
