@@ -27,8 +27,7 @@ import logging
 import math
 import random
 import time
-from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,7 +46,7 @@ from reprise.serve._http import HTTPError
 from reprise.serve._metrics import Metrics
 from reprise.serve._models import ServedModel
 
-__all__ = ["SLOTS", "Outcomes", "Shadow", "Split", "output_keys", "payload_key",
+__all__ = ["SLOTS", "Outcomes", "Shadow", "Split", "keyer", "output_keys", "payload_key",
            "sticky_slot"]
 
 _logger = logging.getLogger(__name__)
@@ -97,15 +96,19 @@ def output_keys(model: ServedModel, outputs: dict[str, list[Any]]) -> list[str]:
     bins over the output's range when the signature knows it, else quarter-octave bins of
     ``sign(v) * log2(1 + |v|)``, which need no range and suit any scale; both versions of
     a rollout bin alike, which is all the comparison needs."""
+    return keyer(model)(outputs)
+
+
+def keyer(model: ServedModel) -> Callable[[dict[str, list[Any]]], list[str]]:
+    """:func:`output_keys` for ``model``'s signature, with the signature read once (the
+    split calls it on every answer)."""
     out_field = _primary(model)
     if out_field is None:
-        return []
-    values = outputs.get(out_field.name)
-    if not values:
-        return []
+        return lambda outputs: []
+    name = out_field.name
     if out_field.dtype != "float" or model.signature.task in ("binary", "multiclass"):
-        return [str(v) for v in values]
-    return [_bin(v, out_field) for v in values]
+        return lambda outputs: [str(v) for v in outputs.get(name) or ()]
+    return lambda outputs: [_bin(v, out_field) for v in outputs.get(name) or ()]
 
 
 def _primary(model: ServedModel) -> Field | None:
@@ -150,8 +153,9 @@ class Outcomes:
         row.requests += 1
         row.errors += error
         row.latency[latency_index(seconds * 1000)] += 1
-        for k, n in Counter(outputs).items():
-            row.outputs[k] = row.outputs.get(k, 0) + n
+        counts = row.outputs
+        for k in outputs:
+            counts[k] = counts.get(k, 0) + 1
 
     def shadow(self, rollout: RolloutRecord, version: int, *, compared: int = 0,
                agreed: int = 0, dropped: int = 0) -> None:
@@ -185,9 +189,12 @@ class Split:
     key_column: str | None = None
     shadow: Shadow | None = None
     _threshold: int = field(default=0, repr=False)
+    output_keys: Callable[[dict[str, list[Any]]], list[str]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._threshold = _threshold(self.rollout.weight)
+        # both versions' outputs are read by the stable version's signature: comparable
+        self.output_keys = keyer(self.stable)
 
     @property
     def weight(self) -> float:
@@ -227,8 +234,7 @@ class Split:
         if result is None and 400 <= status < 500:
             return
         ok = status == 200 and result is not None
-        # both versions' outputs binned by the stable version's signature: comparable
-        outputs = output_keys(self.stable, result.outputs) if ok and result is not None else []
+        outputs = self.output_keys(result.outputs) if ok and result is not None else []
         self.outcomes.request(self.rollout, model.version, error=not ok, seconds=seconds,
                               outputs=outputs)
 
@@ -264,7 +270,7 @@ class Shadow:
         self.dropped = 0
 
     def offer(self, columns: dict[str, Any], rows: int, stable: Result) -> None:
-        answer = output_keys(self.split.stable, stable.outputs) or None
+        answer = self.split.output_keys(stable.outputs) or None
         try:
             self._queue.put_nowait(_Copy(columns, rows, answer))
         except asyncio.QueueFull:
@@ -303,7 +309,7 @@ class Shadow:
 
     def _answered(self, copy: _Copy, result: Result, seconds: float) -> None:
         split, cand = self.split, self.split.candidate
-        keys = output_keys(split.stable, result.outputs)
+        keys = split.output_keys(result.outputs)
         split.outcomes.request(split.rollout, cand.version, error=False, seconds=seconds,
                                outputs=keys)
         if copy.stable is None:
