@@ -114,7 +114,8 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
                   max_body_bytes: int, extra_columns: str | None, out_of_range: str | None,
                   max_header_bytes: int, header_timeout: float, body_timeout: float,
                   max_connections: int, allowed_host: list[str], allowed_origin: list[str],
-                  access_log: bool, log_level: str) -> int:
+                  access_log: bool, log_level: str, key_header: str | None = "x-request-key",
+                  key_column: str | None = None, shadow_queue: int = 1000) -> int:
     """Serve registered models until stopped; return the exit code."""
     from reprise.core import require
     from reprise.core.errors import UserError
@@ -131,7 +132,8 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
                         out_of_range=out_of_range, max_header_bytes=max_header_bytes,
                         header_timeout=header_timeout, body_timeout=body_timeout,
                         max_connections=max_connections, allowed_hosts=tuple(allowed_host),
-                        allowed_origins=tuple(allowed_origin))
+                        allowed_origins=tuple(allowed_origin), key_header=key_header or None,
+                        key_column=key_column, shadow_queue=shadow_queue)
     run_server(RegistrySource(workspace()), refs, settings=settings, host=host, port=port,
                log_level=log_level, access_log=access_log)
     return 0
@@ -197,6 +199,9 @@ def _serve_parser() -> argparse.ArgumentParser:
     ap.add_argument("--allowed-origin", action="append", default=[])
     ap.add_argument("--access-log", action="store_true")
     ap.add_argument("--log-level", default="info")
+    ap.add_argument("--key-header", default="x-request-key")
+    ap.add_argument("--key-column", default=None)
+    ap.add_argument("--shadow-queue", type=int, default=1000)
     return ap
 
 

@@ -49,6 +49,15 @@ def serve(
     access_log: Annotated[bool, typer.Option("--access-log", help="Log every request.")
                           ] = False,
     log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    key_header: Annotated[str, typer.Option(
+        help="During a rollout that names no key: requests with the same value of this "
+             "header always reach the same version (empty: a random draw each).")
+    ] = "x-request-key",
+    key_column: Annotated[str | None, typer.Option(
+        help="Instead, the value of this input column (a request's first row).")] = None,
+    shadow_queue: Annotated[int, typer.Option(
+        help="Request copies waiting for a shadowed candidate; more are dropped and "
+             "counted.")] = 1000,
 ) -> None:
     """Serve registered models: Reprise's JSON API, the Open Inference Protocol (KServe V2),
     health probes and Prometheus metrics. A bearer token is required when
@@ -62,4 +71,5 @@ def serve(
                   max_header_bytes=max_header_bytes, header_timeout=header_timeout,
                   body_timeout=body_timeout, max_connections=max_connections,
                   allowed_host=allowed_host or [], allowed_origin=allowed_origin or [],
-                  access_log=access_log, log_level=log_level)
+                  access_log=access_log, log_level=log_level, key_header=key_header,
+                  key_column=key_column, shadow_queue=shadow_queue)

@@ -53,7 +53,10 @@ def create_app(source: ModelSource, refs: list[str], *, settings: Settings | Non
         app.add_middleware(CORSMiddleware, allow_origins=list(state.settings.allowed_origins),
                            allow_methods=["GET", "POST"], max_age=600,
                            allow_headers=["authorization", "content-type",
-                                          "inference-header-content-length"])
+                                          "inference-header-content-length",
+                                          *([state.settings.key_header]
+                                            if state.settings.key_header else [])],
+                           expose_headers=["x-reprise-model-version"])
     default_openapi = app.openapi
 
     def openapi() -> dict[str, Any]:

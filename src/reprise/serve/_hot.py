@@ -38,10 +38,11 @@ from reprise.serve._http import (
 from reprise.serve._metrics import UNKNOWN
 from reprise.serve._models import ServedModel
 from reprise.serve._oip import check_infer, infer_answer
+from reprise.serve._router import Split
 from reprise.serve._server import ServerState
 from reprise.serve._v1 import check_v1, v1_answer
 
-__all__ = ["OPEN_PATHS", "HotPath"]
+__all__ = ["OPEN_PATHS", "VERSION_HEADER", "HotPath"]
 
 _logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -52,6 +53,7 @@ _Route = tuple[bool, str, str | None]  # (Open Inference Protocol?, name, versio
 # answering health probes and small requests meanwhile. Kept small: the loop runs its
 # ready work in turn, so a probe can wait behind every inline check of the moment.
 _INLINE_BYTES = 8 * 1024
+VERSION_HEADER = b"x-reprise-model-version"  # on every answer a model version gave
 
 
 def match(path: str, raw_path: bytes | None = None) -> _Route | None:
@@ -126,6 +128,9 @@ class HotPath:
         oip, name, version = route
         start = time.perf_counter()
         model: ServedModel | None = None
+        split: Split | None = None
+        result: Result | None = None
+        job: _Job | None = None
         kind: str | None = None
         headers: list[tuple[bytes, bytes]] = []
         content_type = b"application/json"
@@ -133,8 +138,11 @@ class HotPath:
             check_body_type(scope)
             body = await self._read(scope, receive)
             model = self.state.table.lookup(name, version)
+            if version is None:  # a pinned version never takes part in a rollout
+                split = self.state.table.split_of(name)
             offload = len(body) > _INLINE_BYTES
-            job = await self._cpu(offload, self._check, oip, model, scope, body)
+            job = await self._cpu(offload, self._check, oip, model, scope, body, split)
+            model = job.model
             result = await _run(model, job.checked.columns, job.checked.rows)
             data, headers, content_type = await self._cpu(offload, _answer, job, result)
             status = 200
@@ -146,12 +154,20 @@ class HotPath:
         except Exception as exc:  # a bug of ours: answer, log, keep serving
             error = _internal(exc)
             status, data, kind = 500, dumps(error.body(oip=oip)), error.kind
+        if model is not None:  # every answer names the version that computed it
+            headers = [*headers, (VERSION_HEADER, str(model.version).encode())]
         await send_bytes(send, status, data, headers, content_type)
+        seconds = time.perf_counter() - start
         if model is not None:
             labels = (model.name, str(model.version))
         else:
             labels = (name if name in self.state.table.default_ref else UNKNOWN, "")
-        self.state.metrics.request(*labels, status, time.perf_counter() - start, kind)
+        self.state.metrics.request(*labels, status, seconds, kind)
+        if split is not None and model is not None:
+            split.record(model, status, seconds, result)
+            if split.shadow is not None and result is not None and job is not None \
+                    and model is split.stable:
+                split.shadow.offer(job.checked.columns, job.checked.rows, result)
 
     async def _read(self, scope: Scope, receive: Receive) -> bytes:
         settings = self.state.settings
@@ -169,16 +185,22 @@ class HotPath:
             return fn(*args)
         return await asyncio.get_running_loop().run_in_executor(self.state.cpu, fn, *args)
 
-    def _check(self, oip: bool, model: ServedModel, scope: Scope, body: bytes) -> _Job:
-        """Parse the body and check it against the model's signature (no await: it may
-        run in a thread)."""
+    def _check(self, oip: bool, model: ServedModel, scope: Scope, body: bytes,
+               split: Split | None = None) -> _Job:
+        """Parse the body, choose the version (``split``: a rollout runs) and check the
+        body against its signature (no await: it may run in a thread)."""
         if oip:
             payload = read_infer(scope, body, self.state.settings.max_body_bytes)
+            if split is not None:
+                model = split.pick(split.key_of(scope["headers"], payload, True))
             checked, request_id, requested = check_infer(model, payload)
             job = _Job(model, checked, request_id=request_id, requested=requested,
                        wants=binary_outputs(payload))
         else:
-            checked, columnar = check_v1(model, parse_json(body))
+            payload = parse_json(body)
+            if split is not None:
+                model = split.pick(split.key_of(scope["headers"], payload, False))
+            checked, columnar = check_v1(model, payload)
             job = _Job(model, checked, columnar=columnar)
         if checked.out_of_range:
             self.state.metrics.out_of_range(model.name, str(model.version),

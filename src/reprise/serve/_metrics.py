@@ -47,6 +47,13 @@ class Metrics:
                                    [*mv, "where", "field"], registry=r)
         self._served = Gauge("reprise_model_served", "1 for each model version this "
                              "server answers with.", mv, registry=r)
+        self._weight = Gauge("reprise_rollout_weight", "Share of a followed alias's live "
+                             "traffic (percent) each version of a running rollout gets.",
+                             [*mv, "rollout"], registry=r)
+        self._shadow = Counter("reprise_shadow_copies", "Requests copied to a shadowed "
+                               "candidate, by outcome: compared, agreed, failed, or dropped "
+                               "(the shadow queue was full or the candidate shed it).",
+                               [*mv, "outcome"], registry=r)
         self._children: dict[tuple[Any, ...], Any] = {}
 
     def _child(self, metric: Any, *labels: str) -> Any:
@@ -81,6 +88,22 @@ class Metrics:
 
     def served(self, model: str, version: str, serving: bool) -> None:
         self._child(self._served, model, version).set(1 if serving else 0)
+
+    def rollout_weight(self, model: str, version: str, rollout: str, weight: float) -> None:
+        """The share (percent) of live traffic ``version`` gets in ``rollout``."""
+        self._child(self._weight, model, version, rollout).set(weight)
+
+    def rollout_ended(self, model: str, rollout: str, versions: tuple[str, ...]) -> None:
+        """Drop a finished rollout's weight series."""
+        for version in versions:
+            self._children.pop((id(self._weight), model, version, rollout), None)
+            try:
+                self._weight.remove(model, version, rollout)
+            except KeyError:
+                pass
+
+    def shadow_copy(self, model: str, version: str, outcome: str) -> None:
+        self._child(self._shadow, model, version, outcome).inc()
 
     def render(self) -> tuple[bytes, str]:
         """The text exposition format and its content type."""

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reprise.registry import Servable, Signature, is_model_name
 from reprise.serve._batcher import Batcher
 from reprise.serve._http import HTTPError
 from reprise.serve._metrics import Metrics
 from reprise.serve._settings import ResolvedSettings
+
+if TYPE_CHECKING:
+    from reprise.serve._router import Split
 
 __all__ = ["ModelTable", "ServedModel", "is_pinned", "name_of"]
 
@@ -90,7 +93,9 @@ class ModelTable:
     """Routes ``(name, version or None)`` to a served model.
 
     Each name answers at ``/v1/models/NAME/predict`` with its first ref (in the order
-    given), and at ``.../versions/V/...`` with any version currently served.
+    given), and at ``.../versions/V/...`` with any version currently served. While a
+    rollout of that ref runs, ``splits[ref]`` shares its traffic with the candidate
+    (which is served, so ``.../versions/V/...`` reaches it too).
     """
 
     def __init__(self, refs: list[str]) -> None:
@@ -100,6 +105,7 @@ class ModelTable:
             self.default_ref.setdefault(name_of(ref), ref)
         self.by_ref: dict[str, ServedModel] = {}
         self.versions: dict[str, dict[int, ServedModel]] = {n: {} for n in self.default_ref}
+        self.splits: dict[str, Split] = {}
 
     @property
     def complete(self) -> bool:
@@ -126,6 +132,29 @@ class ModelTable:
             return None
         del self.versions[old.name][old.version]
         return old
+
+    def attach(self, holder: str, model: ServedModel) -> None:
+        """Serve ``model`` on behalf of ``holder`` (a rollout), not for any ref."""
+        model.refs.add(holder)
+        self.versions.setdefault(model.name, {})[model.version] = model
+
+    def detach(self, holder: str, model: ServedModel) -> ServedModel | None:
+        """``holder`` no longer needs ``model``: return it if nothing else does (the caller
+        drains and closes it)."""
+        model.refs.discard(holder)
+        if model.refs or self.versions.get(model.name, {}).get(model.version) is not model:
+            return None
+        del self.versions[model.name][model.version]
+        return model
+
+    def split_of(self, name: str) -> Split | None:
+        """The split of ``name``'s default ref, if a rollout of it runs here and still
+        starts from the version the ref serves."""
+        ref = self.default_ref.get(name)
+        split = self.splits.get(ref) if ref is not None else None
+        if split is None or split.stable is not self.by_ref.get(ref or ""):
+            return None
+        return split
 
     def lookup(self, name: str, version: str | None) -> ServedModel:
         """The model answering for ``name`` (and ``version``), or an :class:`HTTPError`:
@@ -167,9 +196,17 @@ class ModelTable:
         out = []
         for ref in self.refs:
             model = self.by_ref.get(ref)
-            out.append({"ref": ref, "name": name_of(ref), "follows": not is_pinned(ref),
-                        "version": model.version if model else None,
-                        "ready": model is not None})
+            entry: dict[str, Any] = {"ref": ref, "name": name_of(ref),
+                                     "follows": not is_pinned(ref),
+                                     "version": model.version if model else None,
+                                     "ready": model is not None}
+            split = self.splits.get(ref)
+            if split is not None:
+                r = split.rollout
+                entry["rollout"] = {"id": r.id, "strategy": r.strategy, "phase": r.phase,
+                                    "stable": r.stable, "candidate": r.candidate,
+                                    "weight": r.weight, "step": r.step}
+            out.append(entry)
         return out
 
 

@@ -18,7 +18,8 @@ from typing import Any
 
 from reprise.registry import ModelSource
 from reprise.serve._metrics import Metrics
-from reprise.serve._models import ModelTable, ServedModel, is_pinned
+from reprise.serve._models import ModelTable, ServedModel, is_pinned, name_of
+from reprise.serve._rollout_server import RolloutController
 from reprise.serve._settings import Settings
 
 __all__ = ["ServerState"]
@@ -56,6 +57,8 @@ class ServerState:
         self._retiring: set[asyncio.Task[None]] = set()  # draining old versions: awaited
         self._bad_versions: dict[str, int] = {}  # ref -> version that failed to load
         self._unresolved: set[str] = set()  # refs whose last resolve failed
+        workspace = getattr(source, "workspace", None)  # the registry's: rollouts live there
+        self.rollouts = RolloutController(self, workspace) if workspace is not None else None
 
     @property
     def ready(self) -> bool:
@@ -71,11 +74,13 @@ class ServerState:
         finally:
             await self.stop()
 
-    def _spawn(self, coro: Coroutine[Any, Any, None], *, retire: bool = False) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None], *, retire: bool = False
+               ) -> asyncio.Task[None]:
         tasks = self._retiring if retire else self._tasks
         task = asyncio.get_running_loop().create_task(coro)
         tasks.add(task)
         task.add_done_callback(tasks.discard)
+        return task
 
     async def _start(self) -> None:
         try:
@@ -96,6 +101,8 @@ class ServerState:
         for ref in self.table.refs:
             if not is_pinned(ref):
                 self._spawn(self._follow(ref))
+        if self.rollouts is not None:
+            self._spawn(self.rollouts.flusher())
 
     async def _load(self, name: str, version: int) -> ServedModel:
         servable = await asyncio.to_thread(self.source.load, name, version)
@@ -109,8 +116,13 @@ class ServerState:
         return model
 
     async def _follow(self, ref: str) -> None:
-        """Poll where ``ref`` points; load, warm up and swap in a new version when it moves."""
+        """Poll where ``ref`` points; load, warm up and swap in a new version when it moves.
+        An alias that answers for its name also follows its rollouts (``_rollout_server``)."""
+        rollouts = self.rollouts if "@" in ref and \
+            self.table.default_ref.get(name_of(ref)) == ref else None
         while True:
+            if rollouts is not None:
+                await rollouts.sync(ref)
             await asyncio.sleep(self.settings.poll_interval)
             try:
                 name, version = await asyncio.to_thread(self.source.resolve, ref)
@@ -159,8 +171,12 @@ class ServerState:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._retiring, return_exceptions=True)
+        if self.rollouts is not None:
+            await self.rollouts.stop_shadows()
         models = self.table.models()
         await asyncio.gather(*(m.batcher.drain(self.settings.drain_timeout) for m in models))
+        if self.rollouts is not None:  # after the drain: the last answers are counted
+            await self.rollouts.close()
         for model in models:
             model.batcher.close()
         self.cpu.shutdown(wait=False)

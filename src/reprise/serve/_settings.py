@@ -63,8 +63,17 @@ class Settings:
             rebinding); empty: any. The health probes are exempt.
         allowed_origins: browser origins (``https://app.example``) allowed to call the
             server from a page of another site; other cross-site requests get 403.
-        poll_interval: seconds between checks of where each followed alias points.
+        poll_interval: seconds between checks of where each followed alias points, and of
+            its rollout (weights, state); the server deciding a rollout analyses it every
+            ``min(poll_interval, 1)`` seconds.
         drain_timeout: seconds a shutdown or a retired version waits for queued work.
+        key_header: during a rollout that names no key of its own, requests carrying this
+            header (its value) always reach the same version; others are drawn at random.
+        key_column: instead, the value of this input column in a request's first row.
+        shadow_queue: copies of requests waiting for a shadowed candidate; beyond this
+            they are dropped and counted, never slowing an answer.
+        server_name: this server's name in the rollouts' outcome buckets and decision
+            lease; default ``HOST:PID:RANDOM``.
         models: per-model-name overrides.
 
     Example:
@@ -88,6 +97,10 @@ class Settings:
     allowed_origins: tuple[str, ...] = ()
     poll_interval: float = 5.0
     drain_timeout: float = 30.0
+    key_header: str | None = "x-request-key"
+    key_column: str | None = None
+    shadow_queue: int = 1000
+    server_name: str | None = None
     models: Mapping[str, ModelSettings] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -99,6 +112,7 @@ class Settings:
         if self.max_body_bytes < 1:
             raise ConfigError(f"max_body_bytes must be 1 or more; got {self.max_body_bytes}")
         _check_http(self)
+        _check_rollouts(self)
         if self.poll_interval <= 0 or self.drain_timeout < 0:
             raise ConfigError("poll_interval must be positive and drain_timeout not negative; "
                               f"got {self.poll_interval} and {self.drain_timeout}")
@@ -132,6 +146,20 @@ def _check_http(s: Settings) -> None:
             raise ConfigError(f"allowed_origins: {origin!r} is not an origin; write it as "
                               "scheme://host[:port], e.g. https://app.example")
     object.__setattr__(s, "allowed_hosts", tuple(h.lower() for h in s.allowed_hosts))
+
+
+def _check_rollouts(s: Settings) -> None:
+    if s.key_header is not None:
+        header = s.key_header.strip().lower()
+        if not header or any(c.isspace() or c in '"(),/:;<=>?@[\\]{}' or not c.isprintable()
+                             for c in header):
+            raise ConfigError(f"key_header: {s.key_header!r} is not an HTTP header name; "
+                              "use letters, digits and '-', e.g. x-request-key")
+        object.__setattr__(s, "key_header", header)
+    if s.key_column is not None and not s.key_column:
+        raise ConfigError("key_column must be an input column's name; got an empty string")
+    if s.shadow_queue < 1:
+        raise ConfigError(f"shadow_queue must be 1 or more; got {s.shadow_queue}")
 
 
 def _check_model(batch: int | None, wait: float | None, budget: float | None,
