@@ -170,7 +170,11 @@ class _Plan:
             blocks.append((name, np.column_stack([v, w * v, w * v * v])))
         if "r2" in wanted:
             yc = p.y - p.y.mean()  # shift-invariant; centring avoids cancellation in sum(y^2)
-            blocks.append(("r2", np.column_stack([yc, yc * yc, (p.y - p.pred) ** 2])))
+            u = (p.y - p.pred) ** 2
+            blocks.append(("r2", np.column_stack([yc, yc * yc, u])))
+            # for R²'s standard error: copy-weighted moments up to the fourth
+            blocks.append(("r2/se", w[:, None] * np.column_stack(
+                [u * u, u * yc * yc, u * yc, u, yc ** 4, yc ** 3, yc * yc, yc])))
         x2 = None
         if "calibration_error" in wanted:
             x1, x2 = calibration_design(p)
@@ -243,6 +247,9 @@ class _Plan:
                 # a constant resample is undefined; the tolerance absorbs rounding in ss_tot
                 ok = ss_tot > 1e-12 * np.maximum(yy, np.finfo(np.float64).tiny)
                 out["r2"] = np.where(ok, 1.0 - ee / np.where(ok, ss_tot, 1.0), np.nan)
+                out["r2/se"] = _r2_se(s[:, self.slots["r2/se"]], yc / total,
+                                      ss_tot / total, ee / total, total,
+                                      s[:, self.slots["w"]][:, 0])
             if "calibration" in self.slots:
                 assert s2 is not None
                 out["calibration_error"] = debiased_squared_error(s[:, self.slots["calibration"]],
@@ -262,6 +269,22 @@ def _mean_se(mean: Array, wv: Array, wv2: Array, w: Array, total: Array) -> Arra
     spread = np.maximum(wv2 - 2 * mean * wv + mean * mean * w, 0.0)
     n_eff = total * total / w
     se: Array = np.sqrt(spread / (total * total) * n_eff / np.maximum(n_eff - 1.0, 1e-12))
+    return se
+
+
+def _r2_se(m: Array, centre: Array, var_y: Array, mse: Array, total: Array,
+           w: Array) -> Array:
+    """Standard error of R² = 1 - MSE / Var(y) by its influence function
+    ``-u_i / Var + MSE / Var**2 * (y_i - mean)**2`` (u = squared error), from the
+    copy-weighted moments ``m`` (columns as in the plan's ``r2/se`` block)."""
+    uu, uy2, uy1, u1, y4, y3, y2, y1 = m.T
+    c = centre
+    uq = uy2 - 2 * c * uy1 + c * c * u1
+    qq = y4 - 4 * c * y3 + 6 * c * c * y2 - 4 * c ** 3 * y1 + c ** 4 * w
+    spread = uu / var_y ** 2 - 2 * mse / var_y ** 3 * uq + mse * mse / var_y ** 4 * qq
+    n_eff = total * total / w
+    se: Array = np.sqrt(np.maximum(spread, 0.0) / (total * total) * n_eff
+                        / np.maximum(n_eff - 1.0, 1e-12))
     return se
 
 

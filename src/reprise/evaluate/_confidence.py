@@ -51,14 +51,12 @@ import numpy as np
 from reprise.evaluate._bootstrap import (
     DEFAULT_RESAMPLES,
     check_options,
-    jackknife_values,
     point_values,
     resample_values,
     to_metric,
 )
 from reprise.evaluate._inputs import Array, Prepared
 from reprise.evaluate._intervals import (
-    bca,
     bootstrap_t,
     clopper_pearson,
     delong,
@@ -70,11 +68,11 @@ from reprise.evaluate._intervals import (
 
 __all__ = ["BOOTSTRAPPED", "confidence_intervals", "interval_method"]
 
-#: Means of a per-row loss: studentized bootstrap (RMSE: of the mean squared error).
-STUDENTIZED = ("log_loss", "brier", "mae", "rmse", "mape")
-#: The other bootstrapped metrics: BCa.
-BCA = ("r2", "calibration_error")
-BOOTSTRAPPED = STUDENTIZED + BCA
+#: Means of a per-row loss, and R²: studentized bootstrap (RMSE: of the mean squared error).
+STUDENTIZED = ("log_loss", "brier", "mae", "rmse", "mape", "r2")
+#: Percentile bootstrap of the debiased squared gap.
+PERCENTILE = ("calibration_error",)
+BOOTSTRAPPED = STUDENTIZED + PERCENTILE
 _MOVER = ("balanced_accuracy", "precision_macro", "recall_macro", "f1_macro")
 
 Bounds = tuple[float, float] | None
@@ -87,7 +85,6 @@ class _Inputs:
     p: Prepared
     est: dict[str, Any]
     boot: dict[str, Array]
-    jack: dict[str, Array]
     confidence: float
 
 
@@ -95,8 +92,8 @@ def interval_method(name: str, task: str) -> str:
     """The ``ci_method`` metric ``name`` gets in a ``task`` evaluation."""
     if name in STUDENTIZED:
         return "bootstrap-t"
-    if name in BCA:
-        return _CALIBRATION if name == "calibration_error" else "bca"
+    if name in PERCENTILE:
+        return "percentile"
     if name == "roc_auc":
         return "delong-logit+newcombe"
     if name == "pr_auc":
@@ -119,14 +116,12 @@ def confidence_intervals(p: Prepared, names: Sequence[str], *,
         (0.929, 1.0, 'clopper-pearson')
     """
     check_options(resamples, confidence)
-    bca_names = [n for n in names if n in BCA]
     extra = _per_class_keys(p, names)
-    extra += [f"{n}/{part}" for n in names if n in STUDENTIZED for part in ("mean", "se")]
-    resampled = [*bca_names, *extra]
+    extra += [key for n in names if n in STUDENTIZED for key in (_centre(n), f"{n}/se")]
+    resampled = [*(n for n in names if n in PERCENTILE), *extra]
     boot = (resample_values(p, resampled, resamples=resamples, seed=seed, raw=True)
             if resampled else {})
-    jack = jackknife_values(p, bca_names, seed=seed) if bca_names else {}
-    inputs = _Inputs(p, point_values(p, [*names, *extra]), boot, jack, confidence)
+    inputs = _Inputs(p, point_values(p, [*names, *extra]), boot, confidence)
     out: dict[str, dict[str, Any]] = {}
     for name in names:
         key = _method_key(name, p)
@@ -136,8 +131,7 @@ def confidence_intervals(p: Prepared, names: Sequence[str], *,
             "ci_high": None if bounds is None else _clean(name, bounds[1]),
             "ci_method": interval_method(name, p.task)}
         if name in BOOTSTRAPPED:
-            entry["resamples"] = int(np.isfinite(boot[name if name in BCA else f"{name}/mean"])
-                                     .sum())
+            entry["resamples"] = int(np.isfinite(boot[_centre(name)]).sum())
         out[name] = entry
     return out
 
@@ -162,26 +156,40 @@ def _method_key(name: str, p: Prepared) -> str:
     return name
 
 
-def _bca(inputs: _Inputs, name: str) -> Bounds:
-    if name == "calibration_error" and _CALIBRATION == "percentile":
-        boot = inputs.boot[name]
-        boot = boot[np.isfinite(boot)]
-        a = (1 - inputs.confidence) / 2
-        low, high = np.quantile(boot, [a, 1 - a])
-        return float(low), float(high)
-    low, high = bca(float(inputs.est[name]), inputs.boot[name], inputs.jack[name],
-                    inputs.confidence)
-    return None if not np.isfinite(low) else (low, high)
+def _percentile(inputs: _Inputs, name: str) -> Bounds:
+    """The calibration error's interval: quantiles of the resampled debiased square.
+
+    Its resamples pair distinct rows only, so they are centred on the estimate and need
+    no bias correction (when a row's copies formed pairs, resamples sat above the
+    estimate, and even BCa covered the truth of miscalibrated models in as few as 57 %
+    of test sets). At a calibrated model the square is a degenerate U-statistic, for
+    which the jackknife's acceleration means nothing.
+    """
+    boot = inputs.boot[name]
+    boot = boot[np.isfinite(boot)]
+    if not boot.size:
+        return None
+    alpha = (1 - inputs.confidence) / 2
+    low, high = np.quantile(boot, [alpha, 1 - alpha])
+    return float(low), float(high)
+
+
+def _centre(name: str) -> str:
+    """The resampled value an interval is built on: the mean loss (for RMSE the mean
+    squared error), or the metric itself."""
+    return f"{name}/mean" if name in STUDENTIZED and name != "r2" else name
 
 
 def _studentized(inputs: _Inputs, name: str) -> Bounds:
-    """Bootstrap-t on the mean loss (for RMSE the mean squared error, then its root);
-    a loss is never negative, nor is its lower bound."""
-    est, boot = inputs.est, inputs.boot
-    low, high = bootstrap_t(float(est[f"{name}/mean"]), float(est[f"{name}/se"]),
-                            boot[f"{name}/mean"], boot[f"{name}/se"], inputs.confidence)
+    """Bootstrap-t on the mean loss (for RMSE the mean squared error, then its root),
+    whose bounds are never negative; on R², at most 1."""
+    est, boot, centre = inputs.est, inputs.boot, _centre(name)
+    low, high = bootstrap_t(float(est[centre]), float(est[f"{name}/se"]), boot[centre],
+                            boot[f"{name}/se"], inputs.confidence)
     if not np.isfinite(low):
         return None
+    if name == "r2":
+        return min(low, 1.0), min(high, 1.0)
     low, high = max(low, 0.0), max(high, 0.0)
     return (float(np.sqrt(low)), float(np.sqrt(high))) if name == "rmse" else (low, high)
 
@@ -363,7 +371,5 @@ _METHODS: dict[str, Callable[[_Inputs, str], Bounds]] = {
     "accuracy": _accuracy, "precision": _one_class, "recall": _one_class, "f1": _one_class,
     "balanced_accuracy": _macro, "precision_macro": _macro, "recall_macro": _macro,
     "f1_macro": _macro, "roc_auc": _roc_auc, "pr_auc": _pr_auc,
-    **dict.fromkeys(STUDENTIZED, _studentized), **dict.fromkeys(BCA, _bca),
+    **dict.fromkeys(STUDENTIZED, _studentized), **dict.fromkeys(PERCENTILE, _percentile),
 }
-
-_CALIBRATION = "percentile"

@@ -227,8 +227,9 @@ def _compute(p: Prepared, names: list[str], X: Any, columns: Sequence[str],
         "metrics": metrics,
         "sample_weight": None if p.weight is None else {
             "total": float(p.weight.sum()), "effective_rows": float(effective_count(p.weight))},
-        "bootstrap": {"resamples": resamples, "confidence": confidence, "seed": seed,
-                      "method": "bca"} if resamples else None,
+        # how intervals were made; each metric's own method is its "ci_method"
+        "bootstrap": {"resamples": resamples, "confidence": confidence,
+                      "seed": seed} if resamples else None,
         "per_class": per_class(p) if classification else None,
         "confusion_matrix": confusion(p) if classification else None,
         "curves": curves(p),
