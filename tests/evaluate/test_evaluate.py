@@ -41,7 +41,9 @@ def test_sklearn_pipeline_with_slices_fairness_and_json_round_trip(
     assert ev.task == "binary" and ev["positive_label"] == 1 and ev["n"] == len(y)
     assert ev.value("accuracy") == pytest.approx(float((model.predict(X) == y).mean()))
     m = ev["metrics"]["roc_auc"]
-    assert m["ci_low"] <= m["value"] <= m["ci_high"] and m["resamples"] == 200
+    assert m["ci_low"] <= m["value"] <= m["ci_high"]
+    assert m["ci_method"] == "delong-logit+newcombe" and "resamples" not in m
+    assert ev["metrics"]["log_loss"]["resamples"] == 200
     assert set(ev["per_class"]) == {"0", "1"}
     assert {len(c["fpr"]) for c in ev["curves"]["roc"].values()} <= set(range(2, 201))
     assert [r["segment"] for r in ev["slices"]][-2:] == ["region=n", "region=s"]
@@ -182,3 +184,24 @@ def test_inside_a_step_metrics_are_step_metrics_and_the_report_an_output(
     assert ref.name == "test" and html.startswith(b"<!DOCTYPE html>")
     with pytest.raises(UserError, match="name must be"):
         evaluate(y=[0, 1], y_pred=[0, 1], name="../x")
+
+
+def test_sample_weight_reaches_metrics_slices_and_intervals(binary: dict[str, Any]) -> None:
+    """Issue 21.4: sample_weight= raised TypeError."""
+    from sklearn.metrics import f1_score, roc_auc_score
+
+    y, pr, w = binary["y"], binary["p"], binary["age"]
+    X = {"region": binary["region"]}
+    ev = evaluate(y=y, y_proba=pr, X=X, slices=["region"], sample_weight=w, bootstrap=100)
+    assert ev.value("roc_auc") == pytest.approx(roc_auc_score(y, pr, sample_weight=w))
+    north = binary["region"] == "north"
+    row = next(r for r in ev["slices"] if r["segment"] == "region=north")
+    assert row["metrics"]["f1"] == pytest.approx(
+        f1_score(y[north], pr[north] >= 0.5, sample_weight=w[north]))
+    assert ev["sample_weight"]["total"] == pytest.approx(w.sum())
+    assert len(y) / 1.2 < ev["sample_weight"]["effective_rows"] < len(y)
+    assert ev["metrics"]["f1"]["ci_method"] == "clopper-pearson"
+    assert ev["confusion_matrix"]["matrix"][1][1] == pytest.approx(w[(y == 1) & (pr >= 0.5)].sum())
+    unweighted = evaluate(y=y, y_proba=pr, bootstrap=100)
+    assert unweighted["sample_weight"] is None
+    assert ev["metrics"]["log_loss"] != unweighted["metrics"]["log_loss"]

@@ -121,6 +121,15 @@ def test_failing_gate_raises_a_table_after_logging(workspace: Any) -> None:
     assert "evaluation.html" in workspace.metadata.run_artifacts(run.id)
 
 
+def test_fifty_right_answers_do_not_prove_99_percent() -> None:
+    """Issue 21.1: the interval of 50/50 was [1, 1], so this gate passed on 50 rows."""
+    with pytest.raises(GateFailedError) as info:
+        evaluate(y=[0, 1] * 25, y_pred=[0, 1] * 25, gates={"accuracy.ci_low": ">= 0.99"},
+                 bootstrap=100, log=False, report=False)
+    [result] = info.value.evaluation["gates"]["results"]
+    assert result["actual"] == pytest.approx(0.9289, abs=1e-4)
+
+
 def test_passing_gates_are_recorded(workspace: Any) -> None:
     ev = evaluate(y=[0, 1, 1, 0], y_pred=[0, 1, 1, 0], gates={"f1": ">= 0.9"}, bootstrap=0)
     assert ev["gates"]["passed"] is True and ev.passed is True

@@ -89,3 +89,13 @@ def test_regression_report(regression: dict[str, Any]) -> None:
     ev = evaluate(y=regression["y"], y_pred=regression["pred"], bootstrap=50)
     page = ev.to_html()
     assert b'id="fig-scatter"' in page and hash_bytes(page) == hash_bytes(ev.to_html())
+
+
+def test_each_interval_shows_its_method_and_weights_are_said(binary: dict[str, Any]) -> None:
+    page = evaluate(y=binary["y"], y_proba=binary["p"], sample_weight=binary["age"],
+                    bootstrap=50).to_html().decode()
+    assert "<th>interval method</th>" in page
+    for method in ("clopper-pearson", "mover-clopper-pearson", "delong-logit+newcombe",
+                   "logit", "bootstrap-t", "percentile"):
+        assert f"<td>{method}</td>" in page, method
+    assert re.search(r"weighted: total weight [\d.e+]+, [\d.]+ effective rows", page)

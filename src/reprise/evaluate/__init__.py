@@ -1,4 +1,5 @@
-"""Layer 4: evaluation. Metrics with bootstrap confidence intervals, cross-validation
+"""Layer 4: evaluation. Metrics with confidence intervals (a method per metric with known
+coverage), cross-validation
 (as parallel, separately cached pipeline steps inside a pipeline), slices, fairness
 gaps, quality gates against thresholds or a baseline run, and a self-contained
 HTML report.
@@ -32,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     "METRICS": "reprise.evaluate._metrics",
     "MetricInfo": "reprise.evaluate._metrics",
     "bootstrap_intervals": "reprise.evaluate._bootstrap",
+    "confidence_intervals": "reprise.evaluate._confidence",
     "render_report": "reprise.evaluate._report",
     "load_report": "reprise.evaluate._artifacts",
     "estimator_spec": "reprise.evaluate._spec",
@@ -49,6 +51,7 @@ __all__ = [
     "bootstrap_intervals",
     "build_estimator",
     "check_gates",
+    "confidence_intervals",
     "cross_validate",
     "estimator_spec",
     "evaluate",
@@ -62,6 +65,7 @@ if TYPE_CHECKING:
     from reprise.evaluate._artifacts import load_report
     from reprise.evaluate._baseline import baseline_metrics
     from reprise.evaluate._bootstrap import bootstrap_intervals
+    from reprise.evaluate._confidence import confidence_intervals
     from reprise.evaluate._cv import CVResult, cross_validate
     from reprise.evaluate._evaluate import evaluate
     from reprise.evaluate._evaluation import Evaluation

@@ -14,11 +14,13 @@ from typing import Any
 
 from reprise.core.errors import GateFailedError, UserError
 from reprise.evaluate._baseline import baseline_metrics, baseline_value
-from reprise.evaluate._bootstrap import DEFAULT_RESAMPLES, bootstrap_intervals
+from reprise.evaluate._bootstrap import DEFAULT_RESAMPLES
+from reprise.evaluate._confidence import confidence_intervals
 from reprise.evaluate._curves import curves
 from reprise.evaluate._evaluation import FORMAT_VERSION, Evaluation
 from reprise.evaluate._gates import Gate, check_gates, failure_message, parse_gates
 from reprise.evaluate._inputs import Prepared, prepare
+from reprise.evaluate._intervals import effective_count
 from reprise.evaluate._metrics import (
     check_applicable,
     confusion,
@@ -41,7 +43,8 @@ REPORT_NAME = "evaluation.html"
 
 
 def evaluate(model: Any = None, X: Any = None, y: Any = None, *, y_pred: Any = None,
-             y_proba: Any = None, task: str = "auto", labels: Sequence[Any] | None = None,
+             y_proba: Any = None, sample_weight: Any = None, task: str = "auto",
+             labels: Sequence[Any] | None = None,
              positive_label: Any = None, metrics: Sequence[str] | None = None,
              slices: Sequence[str] | str | None = None, sensitive: str | None = None,
              bins: int = 4, min_slice_size: int = 30, gates: Mapping[str, str] | None = None,
@@ -59,6 +62,9 @@ def evaluate(model: Any = None, X: Any = None, y: Any = None, *, y_pred: Any = N
         y: the true targets.
         y_pred, y_proba: precomputed predictions and/or probabilities ((n,) for the
             positive class of a binary task, or (n, classes)).
+        sample_weight: one weight >= 0 per row, as scikit-learn's ``sample_weight``: every
+            metric, slice and resample is weighted; intervals count unequal weights as
+            fewer rows (Kish's effective sample size).
         task: "auto", "classification", "binary", "multiclass" or "regression".
         labels: class order of ``y_proba``'s columns (a model's ``classes_`` by default).
         positive_label: the positive class of a binary task (default: the greater label).
@@ -69,7 +75,10 @@ def evaluate(model: Any = None, X: Any = None, y: Any = None, *, y_pred: Any = N
         gates: ``{metric: rule}``, e.g. ``{"f1": ">= 0.9"}``; a failure raises
             :class:`~reprise.core.errors.GateFailedError` after logging.
         baseline: ``"run:<RUN_ID>"`` for gates ``"no worse than baseline [by X]"``.
-        bootstrap: resamples for the confidence intervals (0 or False: none).
+        bootstrap: resamples for the bootstrapped confidence intervals and the
+            correlations of macro averages (0 or False: no intervals at all). Each
+            metric's interval uses the method with the best known coverage for it
+            (``ci_method``: Clopper–Pearson, MOVER, DeLong/Newcombe, BCa; see the README).
         confidence, seed: interval level and the resampling seed.
         report: store the HTML report as ``evaluation.html`` in the active run/step.
         log: log the headline metrics to the active run or step.
@@ -92,7 +101,7 @@ def evaluate(model: Any = None, X: Any = None, y: Any = None, *, y_pred: Any = N
     columns = _columns(slices)
     _check_numbers(bins, min_slice_size, confidence)
     base = _baseline_values(parsed, baseline, workspace)  # an unknown run fails before work
-    p = _prepared(model, X, y, y_pred, y_proba, task, labels, positive_label)
+    p = _prepared(model, X, y, y_pred, y_proba, task, labels, positive_label, sample_weight)
     names = list(metrics) if metrics is not None else default_metrics(p)
     check_applicable(names, p)
     for column in [*columns, *([sensitive] if sensitive else [])]:
@@ -154,10 +163,11 @@ def _check_numbers(bins: int, min_slice_size: int, confidence: float) -> None:
 
 
 def _prepared(model: Any, X: Any, y: Any, y_pred: Any, y_proba: Any, task: str,
-              labels: Sequence[Any] | None, positive_label: Any) -> Prepared:
+              labels: Sequence[Any] | None, positive_label: Any,
+              sample_weight: Any) -> Prepared:
     if model is None:
         return prepare(y, y_pred, y_proba, task=task, labels=labels,
-                       positive_label=positive_label)
+                       positive_label=positive_label, sample_weight=sample_weight)
     if y_pred is not None or y_proba is not None:
         raise UserError("give either a model (with X) or y_pred=/y_proba=, not both.")
     if y is None:
@@ -165,7 +175,7 @@ def _prepared(model: Any, X: Any, y: Any, y_pred: Any, y_proba: Any, task: str,
     out = predict(model, X, task)
     return prepare(y, out.y_pred, out.y_proba, task=task if task != "auto" else out.task,
                    labels=labels if labels is not None else out.labels,
-                   positive_label=positive_label)
+                   positive_label=positive_label, sample_weight=sample_weight)
 
 
 def _check_gates_apply(gates: Sequence[Gate], p: Prepared, names: Sequence[str],
@@ -208,8 +218,8 @@ def _compute(p: Prepared, names: list[str], X: Any, columns: Sequence[str],
              sensitive: str | None, *, bins: int, min_size: int, resamples: int,
              confidence: float, seed: int) -> Evaluation:
     values = point_metrics(p, names)
-    intervals = (bootstrap_intervals(p, names, resamples=resamples, confidence=confidence,
-                                     seed=seed) if resamples else {})
+    intervals = (confidence_intervals(p, names, resamples=resamples, confidence=confidence,
+                                      seed=seed) if resamples else {})
     metrics = {name: {"value": values[name], **intervals.get(name, {})} for name in names}
     rows = slice_table(p, X, columns, bins=bins, min_size=min_size) if columns else []
     classification = p.is_classification
@@ -217,8 +227,11 @@ def _compute(p: Prepared, names: list[str], X: Any, columns: Sequence[str],
         "version": FORMAT_VERSION, "task": p.task, "n": p.n, "labels": list(p.labels),
         "positive_label": None if p.positive is None else p.labels[p.positive],
         "metrics": metrics,
-        "bootstrap": {"resamples": resamples, "confidence": confidence, "seed": seed,
-                      "method": "percentile"} if resamples else None,
+        "sample_weight": None if p.weight is None else {
+            "total": float(p.weight.sum()), "effective_rows": float(effective_count(p.weight))},
+        # how intervals were made; each metric's own method is its "ci_method"
+        "bootstrap": {"resamples": resamples, "confidence": confidence,
+                      "seed": seed} if resamples else None,
         "per_class": per_class(p) if classification else None,
         "confusion_matrix": confusion(p) if classification else None,
         "curves": curves(p),

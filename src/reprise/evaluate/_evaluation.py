@@ -27,8 +27,10 @@ class Evaluation(dict[str, Any]):
 
     Keys: ``version``, ``task`` (binary/multiclass/regression), ``n``, ``labels``,
     ``positive_label``, ``metrics`` (``{name: {"value", "ci_low", "ci_high",
-    "resamples"}}``), ``bootstrap``, ``per_class``, ``confusion_matrix``,
-    ``curves``, ``slices``, ``worst_slice``, ``fairness``, ``gates``, ``baseline``.
+    "ci_method"}}``, plus ``"resamples"`` where the interval is bootstrapped),
+    ``sample_weight`` (``{"total", "effective_rows"}`` or None), ``bootstrap``,
+    ``per_class``, ``confusion_matrix``, ``curves``, ``slices``, ``worst_slice``,
+    ``fairness``, ``gates``, ``baseline``.
 
     Example:
         >>> ev = Evaluation.from_dict({"task": "binary", "n": 2,

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from reprise.core.errors import UserError
 
-__all__ = ["TASKS", "Array", "Prepared", "as_1d", "label_value", "prepare"]
+__all__ = ["TASKS", "Array", "Prepared", "as_1d", "as_weights", "label_value", "prepare"]
 
 Array = npt.NDArray[Any]
 
@@ -43,6 +43,7 @@ class Prepared:
         proba: ``(n, k)`` probabilities in the order of ``labels``, or None.
         labels: the class labels (classification), in column order.
         positive: index of the positive class (binary), else None.
+        weight: non-negative sample weights (one per row), or None for unweighted.
     """
 
     task: str
@@ -51,10 +52,16 @@ class Prepared:
     proba: Array | None
     labels: tuple[Any, ...] = ()
     positive: int | None = None
+    weight: Array | None = None
 
     @property
     def n(self) -> int:
         return int(self.y.shape[0])
+
+    @property
+    def weights(self) -> Array:
+        """The sample weights, all ones when unweighted."""
+        return np.ones(self.n) if self.weight is None else self.weight
 
     @property
     def k(self) -> int:
@@ -67,7 +74,8 @@ class Prepared:
     def subset(self, rows: Array) -> Prepared:
         """The same evaluation restricted to ``rows`` (a mask or indices); labels are kept."""
         proba = None if self.proba is None else self.proba[rows]
-        return replace(self, y=self.y[rows], pred=self.pred[rows], proba=proba)
+        weight = None if self.weight is None else self.weight[rows]
+        return replace(self, y=self.y[rows], pred=self.pred[rows], proba=proba, weight=weight)
 
 
 def as_1d(value: Any, what: str) -> Array:
@@ -90,8 +98,9 @@ def label_value(label: Any) -> Any:
 
 
 def prepare(y: Any, y_pred: Any = None, y_proba: Any = None, *, task: str = "auto",
-            labels: Sequence[Any] | None = None, positive_label: Any = None) -> Prepared:
-    """Validate and normalise what is evaluated.
+            labels: Sequence[Any] | None = None, positive_label: Any = None,
+            sample_weight: Any = None) -> Prepared:
+    """Validate and normalise what is evaluated (``sample_weight``: one weight >= 0 per row).
 
     Example:
         >>> p = prepare([0, 1, 1], y_proba=[0.2, 0.7, 0.4])
@@ -109,13 +118,38 @@ def prepare(y: Any, y_pred: Any = None, y_proba: Any = None, *, task: str = "aut
         raise UserError("nothing to evaluate: give a fitted model and X, or y_pred= "
                         "(predictions) and/or y_proba= (class probabilities).")
     _check_lengths(yt, pred, proba)
+    weight = None if sample_weight is None else as_weights(sample_weight, yt.shape[0])
     _check_missing(yt, "y")
     if pred is not None:
         _check_missing(pred, "y_pred")
     kind = _resolve_task(task, yt, pred, proba, labels)
     if kind == "regression":
-        return _prepare_regression(yt, pred, proba)
-    return _prepare_classification(yt, pred, proba, task, labels, positive_label)
+        out = _prepare_regression(yt, pred, proba)
+    else:
+        out = _prepare_classification(yt, pred, proba, task, labels, positive_label)
+    return out if weight is None else replace(out, weight=weight)
+
+
+def as_weights(value: Any, n: int) -> Array:
+    """``sample_weight`` checked: n finite numbers >= 0, not all zero (scikit-learn's rules)."""
+    to_numpy = getattr(value, "to_numpy", None)
+    try:
+        w = np.asarray(to_numpy() if callable(to_numpy) else value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise UserError("sample_weight must hold numbers, one weight per row.") from None
+    if w.ndim == 2 and w.shape[1] == 1:
+        w = w[:, 0]
+    if w.ndim != 1 or w.shape[0] != n:
+        raise UserError(f"sample_weight must be one weight per row ({n} rows); got shape "
+                        f"{w.shape}.")
+    bad = ~np.isfinite(w) | (w < 0)
+    if bad.any():
+        row = int(np.argmax(bad))
+        raise UserError(f"sample_weight must be finite and >= 0; row {row} holds {float(w[row])!r}. "
+                        "Drop that row or give it a valid weight.")
+    if not w.sum() > 0:
+        raise UserError("sample_weight is all zeros: no row counts. Give some rows a weight > 0.")
+    return w
 
 
 def _as_proba(value: Any) -> Array:

@@ -91,8 +91,13 @@ def _summary(ev: Mapping[str, Any]) -> str:
         parts.append(f"positive label: <b>{_e(ev['positive_label'])}</b>")
     boot = ev.get("bootstrap")
     if boot:
-        parts.append(f"intervals: {float(boot['confidence']) * 100:g}% percentile bootstrap, "
-                     f"{int(boot['resamples'])} resamples, seed {_e(boot['seed'])}")
+        parts.append(f"intervals: {float(boot['confidence']) * 100:g}%, method per metric "
+                     f"(bootstrap ones: {int(boot['resamples'])} resamples, seed "
+                     f"{_e(boot['seed'])})")
+    weights = ev.get("sample_weight")
+    if weights:
+        parts.append(f"weighted: total weight {float(weights['total']):.6g}, "
+                     f"{float(weights['effective_rows']):.1f} effective rows")
     return f'<p class="meta">{" · ".join(parts)}</p>'
 
 
@@ -115,10 +120,12 @@ def _metrics(ev: Mapping[str, Any]) -> str:
     rows = []
     for name, m in ordered(ev["metrics"], list(METRICS)):
         title = METRICS[name].title if name in METRICS else ""
+        resamples = m.get("resamples")
         rows.append([_e(name), _num(m.get("value")), _num(m.get("ci_low")),
-                     _num(m.get("ci_high")), _num(m.get("resamples")), _e(title)])
+                     _num(m.get("ci_high")), _e(m.get("ci_method") or ""),
+                     "" if resamples is None else _num(resamples), _e(title)])
     return "<h2>Metrics</h2>" + _table(
-        ["metric", "value", "CI low", "CI high", "resamples", "what"], rows)
+        ["metric", "value", "CI low", "CI high", "interval method", "resamples", "what"], rows)
 
 
 def _per_class(ev: Mapping[str, Any]) -> str:
@@ -135,9 +142,14 @@ def _confusion(ev: Mapping[str, Any], fig: str | None) -> str:
     if not cm:
         return ""
     header = ["true \\ predicted", *[str(v) for v in cm["labels"]]]
-    rows = [[_e(label), *[str(int(c)) for c in row]]
+    rows = [[_e(label), *[_count(c) for c in row]]
             for label, row in zip(cm["labels"], cm["matrix"], strict=True)]
     return "<h2>Confusion matrix</h2>" + (fig or "") + _table(header, rows)
+
+
+def _count(value: Any) -> str:
+    """A confusion-matrix cell: a count, or a sum of sample weights."""
+    return str(value) if isinstance(value, int) else f"{float(value):.6g}"
 
 
 def _curves(figs: Mapping[str, str]) -> str:
