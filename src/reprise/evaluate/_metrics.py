@@ -162,7 +162,7 @@ def _prf(p: Prepared) -> tuple[Array, Array, Array, Array]:
     prec, rec, f1, support = precision_recall_fscore_support(
         p.y, p.pred, labels=list(range(p.k)), average=None, zero_division=0,
         sample_weight=p.weight)
-    predicted = np.bincount(p.pred, minlength=p.k)
+    predicted = np.bincount(p.pred, weights=p.weight, minlength=p.k)  # rows of weight 0 count as absent
     defined = np.stack([predicted > 0, support > 0, (predicted > 0) | (support > 0)])
     return prec, rec, f1, defined
 
