@@ -299,7 +299,7 @@ def calibrated_draws(p: Prepared, draws: int, seed: int) -> Array:
     out = []
     step = max(1, (1 << 21) // max(p.n, 1))
     for start in range(0, draws, step):
-        d = (rng.random((min(step, draws - start), p.n)) < conf) - conf
+        d: Array = (rng.random((min(step, draws - start), p.n)) < conf) - conf
         s, q = (d * a) @ onehot, (d * d * a * a) @ onehot
         rows = s.shape[0]
         out.append(debiased_squared_error(np.hstack([np.tile(n1, (rows, 1)), s]),
