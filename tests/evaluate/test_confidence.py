@@ -79,7 +79,7 @@ def test_every_interval_holds_its_estimate_and_names_its_method(
             assert ci[name]["ci_low"] < ci[name]["ci_high"], name
             assert ci[name]["ci_method"] == interval_method(name, p.task)
             assert ("resamples" in ci[name]) == (ci[name]["ci_method"] in (
-                "bootstrap-t", "bca", "percentile"))
+                "bootstrap-t", "percentile+consistency", "logit+bca", "mover-logit+bca"))
 
 
 def test_auc_of_a_perfect_ranking_is_not_a_point() -> None:

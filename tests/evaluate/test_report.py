@@ -96,6 +96,6 @@ def test_each_interval_shows_its_method_and_weights_are_said(binary: dict[str, A
                     bootstrap=50).to_html().decode()
     assert "<th>interval method</th>" in page
     for method in ("clopper-pearson", "mover-clopper-pearson", "delong-logit+newcombe",
-                   "logit", "bootstrap-t", "percentile"):
+                   "logit+bca", "bootstrap-t", "percentile+consistency"):
         assert f"<td>{method}</td>" in page, method
     assert re.search(r"weighted: total weight [\d.e+]+, [\d.]+ effective rows", page)

@@ -303,6 +303,26 @@ def debiased_squared_error(sums: Array, square_sums: Array) -> Array:
     return (n1 * gap2).sum(axis=-1) / n1.sum(axis=-1)  # type: ignore[no-any-return]
 
 
+def calibrated_draws(p: Prepared, draws: int, seed: int) -> Array:
+    """The debiased squared calibration error were the probabilities exactly right:
+    outcomes drawn as Bernoulli(p) for the same predictions (Bröcker & Smith's
+    consistency resampling), ``draws`` times. Its upper quantile tests calibration."""
+    conf, _ = calibration_target(p)
+    onehot = np.eye(CALIBRATION_BINS)[bin_ids(conf)]
+    a = p.weights
+    n1, n2 = a @ onehot, (a * a) @ onehot
+    rng = np.random.default_rng([seed, 21])
+    out = []
+    step = max(1, (1 << 21) // max(p.n, 1))
+    for start in range(0, draws, step):
+        d: Array = (rng.random((min(step, draws - start), p.n)) < conf) - conf
+        s, q = (d * a) @ onehot, (d * d * a * a) @ onehot
+        rows = s.shape[0]
+        out.append(debiased_squared_error(np.hstack([np.tile(n1, (rows, 1)), s]),
+                                          np.hstack([np.tile(n2, (rows, 1)), q])))
+    return np.concatenate(out)
+
+
 def _calibration_error(p: Prepared) -> float | None:
     x1, x2 = calibration_design(p)
     w = p.weights
