@@ -197,12 +197,17 @@ def test_ctrl_c_marks_run_killed_and_leaves_no_partial_blob(project: Path) -> No
                              "--progress", "lines"], cwd=project, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
-    deadline = time.monotonic() + 60
-    line = ""
-    while "started" not in line and time.monotonic() < deadline:
-        line = proc.stdout.readline()
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        line = ""
+        while "started" not in line and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:  # a failure here must not leave the run (and its pipes) to later tests
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == 130, err
     runs = json.loads(cli(project, "runs", "list", "--json").stdout)
     assert runs[0]["status"] == "killed"
