@@ -204,4 +204,5 @@ def test_sample_weight_reaches_metrics_slices_and_intervals(binary: dict[str, An
     assert ev["confusion_matrix"]["matrix"][1][1] == pytest.approx(w[(y == 1) & (pr >= 0.5)].sum())
     unweighted = evaluate(y=y, y_proba=pr, bootstrap=100)
     assert unweighted["sample_weight"] is None
+    assert ev["curves"]["roc"] != unweighted["curves"]["roc"]  # the curves are weighted too
     assert ev["metrics"]["log_loss"] != unweighted["metrics"]["log_loss"]

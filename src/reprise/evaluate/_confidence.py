@@ -17,20 +17,21 @@ macro F1                   ``mover-clopper-pearson``    per-class F1 as above, c
 ROC AUC                    ``delong-logit+newcombe``    the union of DeLong's interval on
                                                         the logit scale and Newcombe's score
                                                         interval (see :func:`_roc_auc`)
-PR AUC (average precision) ``logit``                    Boyd et al. (2013): logit(AP) +-
-                                                        z / sqrt(P AP (1 - AP)) for P
-                                                        positives; Clopper–Pearson at 0, 1
+PR AUC (average precision) ``logit+bca``                the union of Boyd et al.'s (2013)
+                                                        logit(AP) +- z / sqrt(P AP (1 -
+                                                        AP)) for P positives (exact at 0
+                                                        and 1) and a BCa bootstrap
 log loss, Brier, MAE,      ``bootstrap-t``              means of a per-row loss, often very
-RMSE, MAPE                                              skewed (rare large losses): the
+RMSE, MAPE, R²                                          skewed (rare large losses): the
                                                         studentized bootstrap widens the
-                                                        side that needs it (RMSE: on MSE)
-R²                         ``bca``                      bias-corrected and accelerated
-                                                        bootstrap
-calibration error          ``percentile``               bootstrap of the debiased squared
+                                                        side that needs it (RMSE: on MSE;
+                                                        R²: by its influence function)
+calibration error          ``percentile+consistency``   bootstrap of the debiased squared
                                                         gap, whose resamples pair distinct
-                                                        rows only, so they are centred on
-                                                        the estimate; reaches 0 when
-                                                        calibration is plausible
+                                                        rows only (so they centre on the
+                                                        estimate); 0 stays in unless
+                                                        consistency resampling rejects
+                                                        calibration
 ========================== =========================== ==================================
 
 Multiclass macro averages combine per-class intervals with MOVER (Zou & Donner, 2008),

@@ -40,9 +40,10 @@ def curves(p: Prepared) -> dict[str, Any]:
     pr: dict[str, Any] = {}
     for c in classes:
         target = (p.y == c).astype(np.int64)
-        if 0 < target.sum() < p.n:  # both curves need positives; ROC also negatives
-            roc[str(p.labels[c])] = _roc(target, p.proba[:, c])
-            pr[str(p.labels[c])] = _pr(target, p.proba[:, c])
+        positive_weight = float(p.weights @ target)
+        if 0 < positive_weight < float(p.weights.sum()):  # positives; ROC also negatives
+            roc[str(p.labels[c])] = _roc(target, p.proba[:, c], p.weight)
+            pr[str(p.labels[c])] = _pr(target, p.proba[:, c], p.weight)
     bins = calibration_bins(p)
     return {"roc": roc, "pr": pr, "calibration": {
         "predicted": [round(b["predicted"], 6) for b in bins],
@@ -50,20 +51,20 @@ def curves(p: Prepared) -> dict[str, Any]:
         "count": [b["count"] for b in bins]}}
 
 
-def _roc(target: Array, score: Array) -> dict[str, list[float]]:
+def _roc(target: Array, score: Array, weight: Array | None) -> dict[str, list[float]]:
     from sklearn.metrics import roc_curve
 
     with quiet():
-        fpr, tpr, _ = roc_curve(target, score)
+        fpr, tpr, _ = roc_curve(target, score, sample_weight=weight)
     x, y = downsample(fpr, tpr)
     return {"fpr": x, "tpr": y}
 
 
-def _pr(target: Array, score: Array) -> dict[str, list[float]]:
+def _pr(target: Array, score: Array, weight: Array | None) -> dict[str, list[float]]:
     from sklearn.metrics import precision_recall_curve
 
     with quiet():
-        precision, recall, _ = precision_recall_curve(target, score)
+        precision, recall, _ = precision_recall_curve(target, score, sample_weight=weight)
     # scikit-learn lists them by decreasing threshold reversed; draw from recall 0 up
     x, y = downsample(recall[::-1], precision[::-1])
     return {"recall": x, "precision": y}
