@@ -32,13 +32,17 @@ def add_feedback_route(app: FastAPI, state: ServerState) -> None:
     def answer(payload: Any, status: int = 200) -> Response:
         return Response(dumps(payload), status_code=status, media_type="application/json")
 
-    @app.post("/v1/models/{name}/feedback", tags=["v1"],
-              summary="Labels for logged predictions, by request id")
     async def feedback(name: str, request: Request) -> Any:
         try:
             return answer(await _store(state, name, request))
         except HTTPError as exc:
             return answer(exc.body(), exc.status)
+
+    # FastAPI reads the annotations to inject the request; postponed, they are strings
+    # naming this function's local import, which it cannot resolve: give it the class
+    feedback.__annotations__.update(name=str, request=Request)
+    app.post("/v1/models/{name}/feedback", tags=["v1"],
+             summary="Labels for logged predictions, by request id")(feedback)
 
 
 async def _store(state: ServerState, name: str, request: Any) -> dict[str, Any]:
