@@ -42,7 +42,21 @@ def add_feedback_route(app: FastAPI, state: ServerState) -> None:
     # naming this function's local import, which it cannot resolve: give it the class
     feedback.__annotations__.update(name=str, request=Request)
     app.post("/v1/models/{name}/feedback", tags=["v1"],
-             summary="Labels for logged predictions, by request id")(feedback)
+             summary="Labels for logged predictions, by request id",
+             openapi_extra=_OPENAPI)(feedback)
+
+
+_ITEM = {"type": "object", "required": ["request_id", "label"], "additionalProperties": False,
+         "properties": {"request_id": {"type": "string", "minLength": 1, "maxLength": 128,
+                                       "description": "The x-request-id of the answer."},
+                        "label": {"type": ["string", "number", "boolean"]}}}
+_OPENAPI: dict[str, Any] = {
+    "requestBody": {"required": True, "content": {"application/json": {"schema": {
+        "type": "object", "required": ["feedback"], "properties": {"feedback": {
+            "type": "array", "minItems": 1, "maxItems": 10_000, "items": _ITEM}}}}}},
+    "responses": {"422": {"description": "Items that cannot be stored, each named in "
+                                         "`fields`; nothing was stored."},
+                  "404": {"description": "This server does not serve that model."}}}
 
 
 async def _store(state: ServerState, name: str, request: Any) -> dict[str, Any]:
