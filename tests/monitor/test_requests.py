@@ -155,3 +155,9 @@ def test_prune_needs_a_rule(ws: Any) -> None:
         prune_requests("churn", workspace=ws)
     with pytest.raises(reprise.errors.UserError, match="negative"):
         prune_requests("churn", max_mb=-1, workspace=ws)
+
+
+def test_import_monitor_loads_nothing_heavy() -> None:
+    from tests.test_lean_import import HEAVY, _loaded
+
+    assert not _loaded("import reprise.monitor") & set(HEAVY + ["pyarrow", "numpy"])
