@@ -271,3 +271,21 @@ def test_feedback_for_an_unknown_model_or_not_json_is_refused(ws: Any) -> None:
     a, b = run(go())
     assert a.status_code == 404 and "churn" in a.json()["error"]
     assert b.status_code == 400 and "not valid JSON" in b.json()["error"]
+
+
+def test_a_hung_store_cannot_hold_the_shutdown(ws: Any) -> None:
+    sink = BlockedSink()  # never released
+    settings = _settings(log_flush_rows=1, drain_timeout=0.5)
+
+    async def go() -> float:
+        async with serving(ws, settings, sink=sink) as (client, _):
+            for _ in range(3):
+                assert (await client.post("/v1/models/churn/predict", json=[ROW])
+                        ).status_code == 200
+            start = time.perf_counter()
+        return time.perf_counter() - start
+
+    try:
+        assert run(go()) < 10
+    finally:
+        sink.release.set()

@@ -218,12 +218,19 @@ class RequestLogger:
         batch, self.buffer, self.buffered_rows = self.buffer, [], 0
         await asyncio.get_running_loop().run_in_executor(self._writer, self._write, batch)
 
-    async def close(self) -> None:
-        """Flush the rest, then stop the writer thread."""
+    async def close(self, timeout: float | None = None) -> None:
+        """Flush the rest, then stop the writer thread; a store that has not taken it
+        within ``timeout`` seconds is given up on (logged), so a hung store cannot
+        hold the shutdown forever."""
+        pending = sum(r.rows for r in self.buffer)
         try:
-            await self.flush()
-        finally:
-            self._writer.shutdown(wait=True)
+            await asyncio.wait_for(self.flush(), timeout)
+        except TimeoutError:
+            _logger.error("request log: the store did not take the last %d rows within "
+                          "%.0f s; they are lost", pending, timeout or 0)
+            self._writer.shutdown(wait=False)
+            return
+        self._writer.shutdown(wait=True)
 
     def _write(self, batch: list[_Record]) -> None:
         groups: dict[tuple[str, int], list[_Record]] = {}

@@ -185,7 +185,7 @@ class ServerState:
         for model in models:
             model.batcher.close()
         if self.request_log is not None:  # after the drain: every answer given is logged
-            await self.request_log.close()
+            await self.request_log.close(max(1.0, self.settings.drain_timeout))
         self.cpu.shutdown(wait=False)
 
 
