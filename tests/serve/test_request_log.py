@@ -289,3 +289,20 @@ def test_a_hung_store_cannot_hold_the_shutdown(ws: Any) -> None:
         assert run(go()) < 10
     finally:
         sink.release.set()
+
+
+@pytest.mark.parametrize(("flags", "words"), [
+    (["--log-sample", "2"], "log_sample must be a share between 0 and 1"),
+    (["--log-cap", "0"], "log_cap must be 1 or more"),
+    (["--log-buffer", "0"], "log_buffer must be 1 or more"),
+    (["--log-max-age-days", "-1"], "log_max_age_days must be positive"),
+])
+def test_bad_request_log_flags_exit_2_before_serving(
+        workspace: Any, capsys: pytest.CaptureFixture[str], flags: list[str], words: str,
+        ) -> None:
+    from reprise.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "churn", *flags])
+    assert info.value.code == 2
+    assert words in capsys.readouterr().err

@@ -68,6 +68,9 @@ def serve(
     log_exclude: Annotated[list[str] | None, typer.Option(
         metavar="COL", help="An input or output column never logged, e.g. PII (repeat).")
     ] = None,
+    log_buffer: Annotated[int, typer.Option(
+        help="Rows of the request log waiting to be written; beyond, records are dropped "
+             "and counted.")] = 50_000,
     log_flush_s: Annotated[float, typer.Option(
         help="Seconds between writes of the request log.")] = 10.0,
     log_max_age_days: Annotated[float, typer.Option(
@@ -90,5 +93,6 @@ def serve(
                   access_log=access_log, log_level=log_level, key_header=key_header,
                   key_column=key_column, shadow_queue=shadow_queue,
                   no_request_log=no_request_log, log_sample=log_sample, log_cap=log_cap,
-                  log_exclude=log_exclude or [], log_flush_s=log_flush_s,
+                  log_exclude=log_exclude or [], log_buffer=log_buffer,
+                  log_flush_s=log_flush_s,
                   log_max_age_days=log_max_age_days, log_max_mb=log_max_mb)

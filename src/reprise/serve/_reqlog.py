@@ -126,8 +126,8 @@ class _Record:
 class RequestLogger:
     """The request log of one server (see the module docstring).
 
-    ``new_request_id``, ``take`` and ``offer`` run on the event loop; ``run`` is the
-    flusher task and ``close`` flushes what is left.
+    ``request_id`` and ``offer`` run on the event loop; ``run`` is the flusher task and
+    ``close`` flushes what is left.
     """
 
     def __init__(self, sink: RequestSink, settings: Settings, server: str,
@@ -203,6 +203,9 @@ class RequestLogger:
     async def run(self) -> None:
         """Flush every ``flush_s`` seconds, or sooner when ``flush_rows`` rows wait."""
         self._wake = asyncio.Event()
+        # import pyarrow now, in the writer thread, rather than during the first flush
+        # under traffic (its import holds the interpreter for a few hundred ms)
+        await asyncio.get_running_loop().run_in_executor(self._writer, _import_arrow)
         while True:
             try:
                 await asyncio.wait_for(self._wake.wait(), self.flush_s)
@@ -269,6 +272,10 @@ class RequestLogger:
     def _count_outcome(self, name: str, version: int, outcome: str, n: int) -> None:
         if self._counter is not None:
             self._counter.labels(name, str(version), outcome).inc(n)
+
+
+def _import_arrow() -> None:
+    import pyarrow.parquet  # noqa: F401
 
 
 def _counter(registry: Any) -> Any:
