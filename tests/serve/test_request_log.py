@@ -306,3 +306,36 @@ def test_bad_request_log_flags_exit_2_before_serving(
         main(["serve", "churn", *flags])
     assert info.value.code == 2
     assert words in capsys.readouterr().err
+
+
+class RecordingSink:
+    def __init__(self) -> None:
+        self.tables: list[Any] = []
+        self.prunes: list[tuple[Any, ...]] = []
+
+    def write(self, table: Any, **kw: Any) -> None:
+        self.tables.append((table, kw))
+
+    def prune(self, *args: Any) -> None:
+        self.prunes.append(args)
+
+
+def test_retention_runs_after_a_flush_at_most_every_five_minutes() -> None:
+    from reprise.serve._reqlog import RequestLogger
+
+    sink = RecordingSink()
+    log = RequestLogger(sink, _settings(log_max_age_days=2, log_max_mb=1), "s")
+
+    async def go() -> None:
+        for name in ("churn", "fraud", "churn"):
+            log.offer(name, 1, log.request_id({"headers": []}), 0.001, {"x": [1.0]}, 1,
+                      {"y": [2]})
+            await log.flush()
+        await log.close()
+
+    run(go())
+    assert [kw["name"] for _, kw in sink.tables] == ["churn", "fraud", "churn"]
+    assert sink.prunes == [(["churn"], 2 * 86400.0, 1024 * 1024)]  # once: rate-limited
+    off = RequestLogger(RecordingSink(), _settings(log_max_age_days=None, log_max_mb=None), "s")
+    off._write([])
+    assert off.sink.prunes == []  # type: ignore[attr-defined]
