@@ -160,16 +160,11 @@ class BlockedSink:
         pass
 
 
-def _latencies(client: httpx.AsyncClient, n: int) -> Any:
-    async def go() -> list[float]:
-        out = []
-        for _ in range(n):
-            start = time.perf_counter()
-            r = await client.post("/v1/models/churn/predict", json=[ROW])
-            out.append(time.perf_counter() - start)
-            assert r.status_code == 200
-        return out
-    return go()
+async def _timed(client: httpx.AsyncClient) -> float:
+    start = time.perf_counter()
+    r = await client.post("/v1/models/churn/predict", json=[ROW])
+    assert r.status_code == 200
+    return time.perf_counter() - start
 
 
 def test_a_full_buffer_drops_and_counts_and_answers_are_not_slowed(ws: Any) -> None:
@@ -178,13 +173,16 @@ def test_a_full_buffer_drops_and_counts_and_answers_are_not_slowed(ws: Any) -> N
     sink = BlockedSink()
 
     async def go() -> tuple[list[float], list[float], Any, str]:
-        async with serving(ws, _settings(request_log=False)) as (client, _):
-            await _latencies(client, 50)  # warm
-            baseline = await _latencies(client, n)
-        async with serving(ws, settings, sink=sink) as (client, app):
+        baseline: list[float] = []
+        logged: list[float] = []
+        async with serving(ws, _settings(request_log=False)) as (plain, _), \
+                serving(ws, settings, sink=sink) as (client, app):
             logger = app.state.reprise.request_log
-            await _latencies(client, 50)
-            logged = await _latencies(client, n)
+            for i in range(50 + n):  # alternating, so that a busy machine slows both alike
+                t_plain, t_logged = await _timed(plain), await _timed(client)
+                if i >= 50:  # after a warm-up
+                    baseline.append(t_plain)
+                    logged.append(t_logged)
             metrics = (await client.get("/metrics")).text
             sink.release.set()  # let the shutdown flush finish
         return baseline, logged, logger, metrics
@@ -198,7 +196,7 @@ def test_a_full_buffer_drops_and_counts_and_answers_are_not_slowed(ws: Any) -> N
     assert line and float(line[0].split()[-1]) == logger.dropped
     # the answers did not wait for the store: bounded, and about as fast as without a log
     assert max(logged) < 1.0
-    assert statistics.median(logged) < 2 * statistics.median(baseline) + 0.002, (
+    assert statistics.median(logged) < 1.5 * statistics.median(baseline) + 0.002, (
         statistics.median(logged), statistics.median(baseline))
 
 
