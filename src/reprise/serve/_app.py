@@ -46,6 +46,9 @@ def create_app(source: ModelSource, refs: list[str], *, settings: Settings | Non
     _error_bodies(app)
     _health_routes(app, state)
     _oip_routes(app, state)
+    from reprise.serve._feedback import add_feedback_route
+
+    add_feedback_route(app, state)
     app.add_middleware(HotPath, state=state)
     if state.settings.allowed_origins:  # outermost: answers CORS preflights itself
         from starlette.middleware.cors import CORSMiddleware
@@ -56,7 +59,7 @@ def create_app(source: ModelSource, refs: list[str], *, settings: Settings | Non
                                           "inference-header-content-length",
                                           *([state.settings.key_header]
                                             if state.settings.key_header else [])],
-                           expose_headers=["x-reprise-model-version"])
+                           expose_headers=["x-reprise-model-version", "x-request-id"])
     default_openapi = app.openapi
 
     def openapi() -> dict[str, Any]:

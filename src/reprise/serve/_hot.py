@@ -38,6 +38,7 @@ from reprise.serve._http import (
 from reprise.serve._metrics import UNKNOWN
 from reprise.serve._models import ServedModel
 from reprise.serve._oip import check_infer, infer_answer
+from reprise.serve._reqlog import REQUEST_ID_HEADER
 from reprise.serve._router import Split
 from reprise.serve._server import ServerState
 from reprise.serve._v1 import check_v1, v1_answer
@@ -134,8 +135,12 @@ class HotPath:
         kind: str | None = None
         headers: list[tuple[bytes, bytes]] = []
         content_type = b"application/json"
+        log = self.state.request_log
+        request_id: str | None = None
         try:
             check_body_type(scope)
+            if log is not None:  # the client's x-request-id (checked), or a new one
+                request_id = log.request_id(scope)
             body = await self._read(scope, receive)
             model = self.state.table.lookup(name, version)
             if version is None:  # a pinned version never takes part in a rollout
@@ -156,6 +161,8 @@ class HotPath:
             status, data, kind = 500, dumps(error.body(oip=oip)), error.kind
         if model is not None:  # every answer names the version that computed it
             headers = [*headers, (VERSION_HEADER, str(model.version).encode())]
+        if request_id is not None:
+            headers = [*headers, (REQUEST_ID_HEADER, request_id.encode())]
         await send_bytes(send, status, data, headers, content_type)
         seconds = time.perf_counter() - start
         if model is not None:
@@ -163,6 +170,10 @@ class HotPath:
         else:
             labels = (name if name in self.state.table.default_ref else UNKNOWN, "")
         self.state.metrics.request(*labels, status, seconds, kind)
+        if request_id is not None and result is not None and job is not None and status == 200:
+            assert log is not None
+            log.offer(job.model.name, job.model.version, request_id, seconds,
+                      job.checked.columns, job.checked.rows, result.outputs)
         if split is not None and model is not None:
             split.record(model, status, seconds, result)
             if split.shadow is not None and result is not None and job is not None \

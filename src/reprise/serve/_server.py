@@ -59,6 +59,9 @@ class ServerState:
         self._unresolved: set[str] = set()  # refs whose last resolve failed
         workspace = getattr(source, "workspace", None)  # the registry's: rollouts live there
         self.rollouts = RolloutController(self, workspace) if workspace is not None else None
+        from reprise.serve._reqlog import create_request_logger
+
+        self.request_log = create_request_logger(settings, workspace, self.metrics.registry)
 
     @property
     def ready(self) -> bool:
@@ -103,6 +106,8 @@ class ServerState:
                 self._spawn(self._follow(ref))
         if self.rollouts is not None:
             self._spawn(self.rollouts.flusher())
+        if self.request_log is not None:
+            self._spawn(self.request_log.run())
 
     async def _load(self, name: str, version: int) -> ServedModel:
         servable = await asyncio.to_thread(self.source.load, name, version)
@@ -179,6 +184,8 @@ class ServerState:
             await self.rollouts.close()
         for model in models:
             model.batcher.close()
+        if self.request_log is not None:  # after the drain: every answer given is logged
+            await self.request_log.close(max(1.0, self.settings.drain_timeout))
         self.cpu.shutdown(wait=False)
 
 
