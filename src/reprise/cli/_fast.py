@@ -115,12 +115,16 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
                   max_header_bytes: int, header_timeout: float, body_timeout: float,
                   max_connections: int, allowed_host: list[str], allowed_origin: list[str],
                   access_log: bool, log_level: str, key_header: str | None = "x-request-key",
-                  key_column: str | None = None, shadow_queue: int = 1000) -> int:
+                  key_column: str | None = None, shadow_queue: int = 1000,
+                  slo_availability: float = 0.999, slo_latency_ms: float | None = None,
+                  slo_latency_target: float = 0.99, otel: bool = False) -> int:
     """Serve registered models until stopped; return the exit code."""
     from reprise.core import require
     from reprise.core.errors import UserError
 
     require("uvicorn", "serve", "reprise serve")
+    if otel:  # before anything loads: a missing extra is the user's to fix (exit 2)
+        require("opentelemetry.sdk.trace", "otel", "reprise serve --otel")
     from reprise.registry import RegistrySource
     from reprise.serve import Settings, run_server
 
@@ -133,7 +137,9 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
                         header_timeout=header_timeout, body_timeout=body_timeout,
                         max_connections=max_connections, allowed_hosts=tuple(allowed_host),
                         allowed_origins=tuple(allowed_origin), key_header=key_header or None,
-                        key_column=key_column, shadow_queue=shadow_queue)
+                        key_column=key_column, shadow_queue=shadow_queue,
+                        slo_availability=slo_availability, slo_latency_ms=slo_latency_ms,
+                        slo_latency_target=slo_latency_target, otel=otel)
     run_server(RegistrySource(workspace()), refs, settings=settings, host=host, port=port,
                log_level=log_level, access_log=access_log)
     return 0
@@ -202,6 +208,10 @@ def _serve_parser() -> argparse.ArgumentParser:
     ap.add_argument("--key-header", default="x-request-key")
     ap.add_argument("--key-column", default=None)
     ap.add_argument("--shadow-queue", type=int, default=1000)
+    ap.add_argument("--slo-availability", type=float, default=0.999)
+    ap.add_argument("--slo-latency-ms", type=float, default=None)
+    ap.add_argument("--slo-latency-target", type=float, default=0.99)
+    ap.add_argument("--otel", action="store_true")
     return ap
 
 

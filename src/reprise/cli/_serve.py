@@ -58,6 +58,18 @@ def serve(
     shadow_queue: Annotated[int, typer.Option(
         help="Request copies waiting for a shadowed candidate; more are dropped and "
              "counted.")] = 1000,
+    slo_availability: Annotated[float, typer.Option(
+        help="Availability objective of models without a running rollout (whose policy "
+             "gives its own): /metrics shows its burn rates and alerts.")] = 0.999,
+    slo_latency_ms: Annotated[float | None, typer.Option(
+        help="Latency objective: requests slower than this spend its budget (default: "
+             "none).")] = None,
+    slo_latency_target: Annotated[float, typer.Option(
+        help="The share of requests that must be faster than --slo-latency-ms.")] = 0.99,
+    otel: Annotated[bool, typer.Option(
+        "--otel", help="Export OpenTelemetry spans of prediction requests, configured by "
+                       "the OTEL_* environment variables (pip install 'reprise-ml[otel]').")
+    ] = False,
 ) -> None:
     """Serve registered models: Reprise's JSON API, the Open Inference Protocol (KServe V2),
     health probes and Prometheus metrics. A bearer token is required when
@@ -72,4 +84,6 @@ def serve(
                   body_timeout=body_timeout, max_connections=max_connections,
                   allowed_host=allowed_host or [], allowed_origin=allowed_origin or [],
                   access_log=access_log, log_level=log_level, key_header=key_header,
-                  key_column=key_column, shadow_queue=shadow_queue)
+                  key_column=key_column, shadow_queue=shadow_queue,
+                  slo_availability=slo_availability, slo_latency_ms=slo_latency_ms,
+                  slo_latency_target=slo_latency_target, otel=otel)

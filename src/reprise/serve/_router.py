@@ -225,18 +225,20 @@ class Split:
         return self.candidate if slot < self._threshold else self.stable
 
     def record(self, model: ServedModel, status: int, seconds: float,
-               result: Result | None) -> None:
+               result: Result | None) -> bool | None:
         """Count an answer given by one of the split's versions: a 5xx, or an answer
         refused after the model ran (a non-finite output), is an error; a 4xx before the
-        model ran is the client's and not counted."""
+        model ran is the client's and not counted. Returns whether it counted as an error
+        (None: not counted)."""
         if model is not self.stable and model is not self.candidate:
-            return
+            return None
         if result is None and 400 <= status < 500:
-            return
+            return None
         ok = status == 200 and result is not None
         outputs = self.output_keys(result.outputs) if ok and result is not None else []
         self.outcomes.request(self.rollout, model.version, error=not ok, seconds=seconds,
                               outputs=outputs)
+        return not ok
 
 
 def _threshold(weight: float) -> int:
@@ -299,8 +301,12 @@ class Shadow:
                 self._drop()
                 continue
             except (PredictFailed, HTTPError):  # raised, or answered NaN or infinity
+                seconds = time.perf_counter() - start
                 self.split.outcomes.request(self.split.rollout, cand.version, error=True,
-                                            seconds=time.perf_counter() - start)
+                                            seconds=seconds)
+                self.metrics.rollout_request(self.split.rollout.id, cand.name, cand.version,
+                                             "candidate", "shadow", error=True,
+                                             seconds=seconds)
                 self.metrics.shadow_copy(cand.name, str(cand.version), "failed")
                 continue
             except Closed:
@@ -312,6 +318,8 @@ class Shadow:
         keys = split.output_keys(result.outputs)
         split.outcomes.request(split.rollout, cand.version, error=False, seconds=seconds,
                                outputs=keys)
+        self.metrics.rollout_request(split.rollout.id, cand.name, cand.version, "candidate",
+                                     "shadow", error=False, seconds=seconds)
         if copy.stable is None:
             return
         agreed = keys == copy.stable

@@ -11,16 +11,21 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
+from reprise.core.errors import UserError
 from reprise.registry import ModelSource
 from reprise.serve._metrics import Metrics
 from reprise.serve._models import ModelTable, ServedModel, is_pinned, name_of
+from reprise.serve._policy import Policy
 from reprise.serve._rollout_server import RolloutController
 from reprise.serve._settings import Settings
+from reprise.serve._slo import SloBook
+from reprise.serve._tracing import Tracing
 
 __all__ = ["ServerState"]
 
@@ -59,6 +64,19 @@ class ServerState:
         self._unresolved: set[str] = set()  # refs whose last resolve failed
         workspace = getattr(source, "workspace", None)  # the registry's: rollouts live there
         self.rollouts = RolloutController(self, workspace) if workspace is not None else None
+        self.slo = SloBook(self.table.default_ref, self.objectives, time.perf_counter)
+        self.metrics.registry.register(self.slo)
+        self.tracing: Tracing | None = None  # set by create_app (--otel)
+
+    def objectives(self, name: str) -> Policy:
+        """The SLOs of model ``name`` now: its running rollout's policy, else the server's."""
+        split = self.table.splits.get(self.table.default_ref.get(name, ""))
+        if split is not None:
+            try:
+                return Policy.from_dict(split.rollout.policy, source=f"rollout {split.rollout.id}")
+            except UserError:  # stored by another release, say: the server's objectives
+                pass
+        return self.settings.slo_policy()
 
     @property
     def ready(self) -> bool:
@@ -180,6 +198,8 @@ class ServerState:
         for model in models:
             model.batcher.close()
         self.cpu.shutdown(wait=False)
+        if self.tracing is not None:  # flushes the spans still queued for export
+            await asyncio.to_thread(self.tracing.shutdown)
 
 
 def _freeze_heap() -> None:
