@@ -4,6 +4,7 @@ alerts against hand computations, with time injected; then a real server's /metr
 from __future__ import annotations
 
 import asyncio
+
 import httpx
 import pytest
 from prometheus_client import CollectorRegistry
