@@ -4,6 +4,7 @@ alerts against hand computations, with time injected; then a real server's /metr
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpx
 import pytest
@@ -202,3 +203,23 @@ def test_a_real_servers_metrics_show_burn_rates_and_alerts() -> None:
                   ("severity", "ticket"))] == 1
     assert alert[(("model", "churn"), ("objective", "latency"), ("severity", "page"))] == 0
     assert got["reprise_slo_objective"][(("model", "churn"), ("objective", "latency"))] == 0.95
+
+
+def test_reprise_serve_takes_the_objectives(workspace: Any, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    import reprise.serve
+    from reprise.cli import main
+
+    given: list[Settings] = []
+    monkeypatch.setattr(reprise.serve, "run_server",
+                        lambda source, refs, *, settings, **kw: given.append(settings))
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "churn@production", "--slo-availability", "0.99",
+              "--slo-latency-ms", "250", "--slo-latency-target", "0.95"])
+    assert info.value.code == 0
+    policy = given[0].slo_policy()
+    assert (policy.slo_availability, policy.slo_latency_ms, policy.slo_latency_target) == (
+        0.99, 250.0, 0.95)
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "churn@production", "--slo-availability", "1.5"])
+    assert info.value.code == 2 and "slo.availability must be" in capsys.readouterr().err
