@@ -5,7 +5,9 @@ exporter, and ``--otel`` without the extra."""
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -93,7 +95,8 @@ def spans() -> tuple[TracerProvider, InMemorySpanExporter]:
 def test_spans_of_a_request_are_parented_by_the_incoming_traceparent(
         spans: tuple[TracerProvider, InMemorySpanExporter]) -> None:
     provider, exporter = spans
-    (answer,) = _post([{"traceparent": VALID}], provider=provider)
+    (answer,) = _post([{"traceparent": VALID, "tracestate": "vendor=abc,other=1"}],
+                      provider=provider)
     assert answer.status_code == 200
     by_name = {s.name: s for s in exporter.get_finished_spans()}
     assert set(by_name) == {"POST /v1/models/{name}/predict", "validate", "queue", "predict"}
@@ -102,6 +105,7 @@ def test_spans_of_a_request_are_parented_by_the_incoming_traceparent(
     assert request.context.trace_id == int(TRACE, 16)
     assert request.parent is not None and request.parent.span_id == int(PARENT, 16)
     assert request.parent.is_remote
+    assert dict(request.context.trace_state) == {"vendor": "abc", "other": "1"}
     assert answer.headers["traceparent"] == f"00-{TRACE}-{request.context.span_id:016x}-01"
     assert request.attributes is not None
     assert request.attributes["reprise.model.version"] == 1
@@ -179,3 +183,53 @@ def test_otel_exporters_come_from_the_environment(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "zipkin")
     with pytest.raises(UserError, match="unknown exporter 'zipkin'"):
         tracer_provider_from_env()
+
+
+@pytest.mark.slow
+def test_reprise_serve_otel_exports_the_spans_of_a_real_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``reprise serve --otel`` configured by the environment alone (the console exporter):
+    the spans of a request, parented by its ``traceparent``, are written when the server
+    stops (the batch processor flushes them)."""
+    import httpx
+
+    import reprise
+    from reprise.registry import promote, register_package
+    from tests.registry.test_registry import pkg
+    from tests.serve._e2e import Server
+
+    ws = reprise.init(tmp_path)
+    register_package("churn", pkg(1.0), workspace=ws)
+    promote("churn", 1, "production", workspace=ws)
+    ws.close()
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "churn-api")
+    server = Server(tmp_path, {}, args=("--otel",)).start()
+    try:
+        server.wait_ready()
+        r = httpx.post(server.url + "/v1/models/churn/predict", json=[{"a": 0.5, "b": 1.0}],
+                       headers={"traceparent": VALID}, timeout=10)
+    finally:
+        assert server.stop() == 0
+    assert r.status_code == 200
+    span_id = r.headers["traceparent"].split("-")[2]
+    log = server.log.read_text()
+    decoder, spans, at = json.JSONDecoder(), [], log.find("{")
+    while at >= 0:  # the console exporter writes one JSON document per span
+        try:
+            doc, end = decoder.raw_decode(log, at)
+        except ValueError:
+            at = log.find("{", at + 1)
+            continue
+        if isinstance(doc, dict) and "context" in doc:
+            spans.append(doc)
+        at = log.find("{", end)
+    by_name = {s["name"]: s for s in spans}
+    assert set(by_name) == {"POST /v1/models/{name}/predict", "validate", "queue", "predict"}
+    request = by_name["POST /v1/models/{name}/predict"]
+    assert request["context"]["trace_id"] == f"0x{TRACE}"
+    assert request["context"]["span_id"] == f"0x{span_id}"
+    assert request["parent_id"] == f"0x{PARENT}"
+    assert request["resource"]["attributes"]["service.name"] == "churn-api"
+    assert {by_name[n]["parent_id"] for n in ("validate", "queue", "predict")} == {
+        f"0x{span_id}"}

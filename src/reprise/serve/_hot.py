@@ -167,7 +167,8 @@ class HotPath:
         offset = 0
         if self.tracing is not None:
             span, offset = self.tracing.start(_span_name(oip, version), start, incoming,
-                                              _span_attributes(scope, model))
+                                              _span_attributes(scope, model),
+                                              header(scope, b"tracestate"))
             headers = [*headers, (TRACEPARENT, self.tracing.traceparent(span, incoming))]
         elif incoming is not None:
             headers = [*headers, (TRACEPARENT, continue_trace(incoming))]

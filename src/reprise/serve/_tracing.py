@@ -88,21 +88,28 @@ class Tracing:
         self.provider, self.owned = provider, owned
         self.tracer = provider.get_tracer("reprise.serve", __version__)
 
-    def _context(self, traceparent: bytes | None) -> Any:
+    def _context(self, traceparent: bytes | None, tracestate: bytes | None) -> Any:
         parsed = None if traceparent is None else parse_traceparent(traceparent)
         if parsed is None:
-            return self._Context()  # a new trace (an invalid header is ignored)
+            return self._Context()  # a new trace (an invalid header is ignored, and so is
+            # its tracestate: the spec ties one to the other)
+        from opentelemetry.trace import TraceState
+
         trace, parent, flags = parsed
+        state = None if tracestate is None else TraceState.from_header(
+            [tracestate.decode("latin-1")])  # invalid entries: dropped by the SDK
         remote = self._SpanContext(int(trace, 16), int(parent, 16), is_remote=True,
-                                   trace_flags=self._TraceFlags(flags & 0x01))
+                                   trace_flags=self._TraceFlags(flags & 0x01),
+                                   trace_state=state)
         return self._trace.set_span_in_context(self._NonRecordingSpan(remote))
 
     def start(self, name: str, start: float, traceparent: bytes | None,
-              attributes: dict[str, Any]) -> tuple[Any, int]:
+              attributes: dict[str, Any], tracestate: bytes | None = None
+              ) -> tuple[Any, int]:
         """The request's server span, begun at ``start`` (``time.perf_counter``), and the
         offset that turns ``perf_counter`` seconds into the span clock's nanoseconds."""
         offset = time.time_ns() - time.perf_counter_ns()
-        span = self.tracer.start_span(name, context=self._context(traceparent),
+        span = self.tracer.start_span(name, context=self._context(traceparent, tracestate),
                                       kind=self._SpanKind.SERVER, attributes=attributes,
                                       start_time=int(start * 1e9) + offset)
         return span, offset
