@@ -84,6 +84,30 @@ def test_a_server_continues_the_callers_trace_and_starts_one_for_a_bad_header() 
     assert "traceparent" not in none.headers  # nobody asked: nothing spent
 
 
+def test_the_open_inference_protocol_continues_the_trace_too(
+        spans: tuple[TracerProvider, InMemorySpanExporter]) -> None:
+    from tests.serve.test_oip import PLAN, X, Y
+
+    provider, exporter = spans
+
+    async def main() -> Any:
+        import httpx
+
+        app = create_app(FakeSource(), ["churn@production"], tracer_provider=provider)
+        async with app.router.lifespan_context(app):
+            await wait_until(lambda: app.state.reprise.ready, 10)
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                return await c.post("/v2/models/churn/versions/1/infer",
+                                    json={"inputs": [X, Y, PLAN]},
+                                    headers={"traceparent": VALID})
+    answer = run(main())
+    assert answer.status_code == 200
+    (request,) = [s for s in exporter.get_finished_spans() if s.name.startswith("POST")]
+    assert request.name == "POST /v2/models/{name}/versions/{version}/infer"
+    assert answer.headers["traceparent"] == f"00-{TRACE}-{request.context.span_id:016x}-01"
+
+
 @pytest.fixture
 def spans() -> tuple[TracerProvider, InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
