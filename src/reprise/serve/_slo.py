@@ -120,6 +120,8 @@ class SloWindows:
         self._totals = [0] * _WIDTH
         self._rings = [_Ring(step, slots) for step, slots in rings]
         self._fine = self._rings[0].step
+        # every ring rolls at the first one's slot edges: theirs must fall on them
+        assert all(r.step % self._fine == 0 for r in self._rings), rings
         self._edge = -math.inf  # when the finest ring's next slot starts
         self._roll(now)
 
