@@ -160,8 +160,6 @@ class HotPath:
         except Exception as exc:  # a bug of ours: answer, log, keep serving
             error = _internal(exc)
             status, data, kind = 500, dumps(error.body(oip=oip)), error.kind
-        if model is not None:  # every answer names the version that computed it
-            headers = [*headers, (VERSION_HEADER, str(model.version).encode())]
         incoming = header(scope, TRACEPARENT)
         span: Any = None
         offset = 0
@@ -172,31 +170,39 @@ class HotPath:
             headers = [*headers, (TRACEPARENT, self.tracing.traceparent(span, incoming))]
         elif incoming is not None:
             headers = [*headers, (TRACEPARENT, continue_trace(incoming))]
+
+        if model is not None:  # every answer names the version that computed it
+            headers = [*headers, (VERSION_HEADER, str(model.version).encode())]
         await send_bytes(send, status, data, headers, content_type)
-        end = time.perf_counter()
-        seconds = end - start
-        state = self.state
+        seconds = time.perf_counter() - start
         if model is not None:
             labels = (model.name, str(model.version))
-            # the SLOs count what the rollout analysis counts: not a client's 4xx
-            if result is not None or not 400 <= status < 500:
-                state.slo.record(model.name, end, error=status != 200 or result is None,
-                                 seconds=seconds)
         else:
-            labels = (name if name in state.table.default_ref else UNKNOWN, "")
-        state.metrics.request(*labels, status, seconds, kind)
+            labels = (name if name in self.state.table.default_ref else UNKNOWN, "")
+        self.state.metrics.request(*labels, status, seconds, kind)
         if split is not None and model is not None:
-            failed = split.record(model, status, seconds, result)
-            if failed is not None:
-                state.metrics.rollout_request(
-                    split.rollout.id, model.name, model.version,
-                    "stable" if model is split.stable else "candidate", "live", error=failed,
-                    seconds=seconds)
+            split.record(model, status, seconds, result)
             if split.shadow is not None and result is not None and job is not None \
                     and model is split.stable:
                 split.shadow.offer(job.checked.columns, job.checked.rows, result)
-        if span is not None and self.tracing is not None:
-            self._spans(span, offset, checking, queued, result, end, status, kind)
+
+        if model is not None and (result is not None or not 400 <= status < 500):
+            self._observe(model, split, status, start + seconds, seconds, result)
+        if span is not None:
+            self._spans(span, offset, checking, queued, result, start + seconds, status, kind)
+
+    def _observe(self, model: ServedModel, split: Split | None, status: int, end: float,
+                 seconds: float, result: Result | None) -> None:
+        """The SLO windows and a rollout's per-version series count what the rollout
+        analysis counts (``Split.record``): any answer but a client's 4xx, which is an
+        error when a 5xx or refused after the model ran (a non-finite output)."""
+        error = status != 200 or result is None
+        self.state.slo.record(model.name, end, error=error, seconds=seconds)
+        if split is not None and (model is split.stable or model is split.candidate):
+            self.state.metrics.rollout_request(
+                split.rollout.id, model.name, model.version,
+                "stable" if model is split.stable else "candidate", "live", error=error,
+                seconds=seconds)
 
     def _spans(self, span: Any, offset: int, checking: float, queued: float,
                result: Result | None, end: float, status: int, kind: str | None) -> None:

@@ -225,20 +225,18 @@ class Split:
         return self.candidate if slot < self._threshold else self.stable
 
     def record(self, model: ServedModel, status: int, seconds: float,
-               result: Result | None) -> bool | None:
+               result: Result | None) -> None:
         """Count an answer given by one of the split's versions: a 5xx, or an answer
         refused after the model ran (a non-finite output), is an error; a 4xx before the
-        model ran is the client's and not counted. Returns whether it counted as an error
-        (None: not counted)."""
+        model ran is the client's and not counted."""
         if model is not self.stable and model is not self.candidate:
-            return None
+            return
         if result is None and 400 <= status < 500:
-            return None
+            return
         ok = status == 200 and result is not None
         outputs = self.output_keys(result.outputs) if ok and result is not None else []
         self.outcomes.request(self.rollout, model.version, error=not ok, seconds=seconds,
                               outputs=outputs)
-        return not ok
 
 
 def _threshold(weight: float) -> int:

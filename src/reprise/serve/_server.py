@@ -53,6 +53,9 @@ class ServerState:
         self.source, self.settings = source, settings
         self.table = ModelTable(refs)
         self.metrics = Metrics()
+        self.slo = SloBook(self.table.default_ref, self.objectives, time.perf_counter)
+        self.metrics.registry.register(self.slo)
+        self.tracing: Tracing | None = None  # set by create_app (--otel)
         self.cpu = ThreadPoolExecutor(_CPU_THREADS, thread_name_prefix="reprise-request")
         self.token = settings.resolved_token()
         self.failed: str | None = None
@@ -64,9 +67,10 @@ class ServerState:
         self._unresolved: set[str] = set()  # refs whose last resolve failed
         workspace = getattr(source, "workspace", None)  # the registry's: rollouts live there
         self.rollouts = RolloutController(self, workspace) if workspace is not None else None
-        self.slo = SloBook(self.table.default_ref, self.objectives, time.perf_counter)
-        self.metrics.registry.register(self.slo)
-        self.tracing: Tracing | None = None  # set by create_app (--otel)
+
+    @property
+    def ready(self) -> bool:
+        return self.table.complete and self.failed is None and not self.stopping
 
     def objectives(self, name: str) -> Policy:
         """The SLOs of model ``name`` now: its running rollout's policy, else the server's."""
@@ -77,10 +81,6 @@ class ServerState:
             except UserError:  # stored by another release, say: the server's objectives
                 pass
         return self.settings.slo_policy()
-
-    @property
-    def ready(self) -> bool:
-        return self.table.complete and self.failed is None and not self.stopping
 
     @asynccontextmanager
     async def lifespan(self, app: Any) -> AsyncIterator[None]:
