@@ -135,9 +135,9 @@ class HotPath:
         result: Result | None = None
         job: _Job | None = None
         kind: str | None = None
+        checking = queued = 0.0  # when the check began, when the request was queued
         headers: list[tuple[bytes, bytes]] = []
         content_type = b"application/json"
-        checking = queued = 0.0  # when the check began, when the request was queued
         try:
             check_body_type(scope)
             body = await self._read(scope, receive)
