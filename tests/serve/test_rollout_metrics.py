@@ -72,6 +72,9 @@ def test_a_canary_shows_per_version_series_its_weights_and_its_objectives(ws: An
             during = _samples((await c.get("/metrics")).text)
             await asyncio.to_thread(abort_rollout, "churn", "test over", workspace=ws)
             await wait_until(lambda: not state.table.splits, 10)
+            # the split goes first; the series once the rollout's lease is given up
+            await wait_until(lambda: b"reprise_rollout_weight{" not in state.metrics.render()[0],
+                             10)
             return answers, during, _samples((await c.get("/metrics")).text)
     answers, during, after = run(main())
     assert all(a.status_code == 200 for a in answers)
