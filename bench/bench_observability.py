@@ -7,8 +7,8 @@ spans, not of sending them to a collector).
 
 The model and load are ``bench_serve.py``'s: a 20-feature LogisticRegression, one worker
 process per server on 127.0.0.1, ``wrk`` POSTing a single-row body at concurrency 1 and
-32, one-second warm-ups, the servers taking turns (order rotated every round), medians
-over the rounds.
+32, one-second warm-ups, the servers taking turns back to back at each concurrency (order
+rotated every round), medians over the rounds.
 """
 
 from __future__ import annotations
@@ -65,20 +65,23 @@ def measure(wrk: str, servers: list[Server], work: Path, repeats: int, seconds: 
     import json
 
     body.write_text(json.dumps(servers[0].body))
+    # the servers compared take turns at one concurrency, back to back: on a shared
+    # machine the load of the moment moves every figure, so compared figures are taken
+    # as close together in time as they can be (and the order rotates every round)
     for r in range(repeats):
-        for s in servers[r % len(servers):] + servers[:r % len(servers)]:
-            if s.name == "reprise_traceparent":
-                os.environ["WRK_TRACEPARENT"] = TRACEPARENT
-            try:
-                for c in CONCURRENCY:
+        for c in CONCURRENCY:
+            for s in servers[r % len(servers):] + servers[:r % len(servers)]:
+                if s.name == "reprise_traceparent":
+                    os.environ["WRK_TRACEPARENT"] = TRACEPARENT
+                try:
                     run_wrk(wrk, s, body, c, 1)  # warm-up
                     sample = run_wrk(wrk, s, body, c, seconds)
-                    s.samples.setdefault(c, []).append(sample)
-                    print(f"  round {r + 1} {s.name:20s} c={c:<3d} {sample['rps']:>8,.0f} "
-                          f"req/s  p50 {sample['p50_ms']:6.2f} ms  p99 "
-                          f"{sample['p99_ms']:6.2f} ms  errors {sample['errors']:.0f}")
-            finally:
-                os.environ.pop("WRK_TRACEPARENT", None)
+                finally:
+                    os.environ.pop("WRK_TRACEPARENT", None)
+                s.samples.setdefault(c, []).append(sample)
+                print(f"  round {r + 1} {s.name:20s} c={c:<3d} {sample['rps']:>8,.0f} "
+                      f"req/s  p50 {sample['p50_ms']:6.2f} ms  p99 "
+                      f"{sample['p99_ms']:6.2f} ms  errors {sample['errors']:.0f}")
 
 
 def micro(n: int = 100_000) -> dict[str, float]:
@@ -115,8 +118,8 @@ def micro(n: int = 100_000) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--seconds", type=int, default=5, help="per measurement")
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--seconds", type=int, default=3, help="per measurement")
     ap.add_argument("--quick", action="store_true", help="one short round, no result file")
     ap.add_argument("--baseline-src", help="the src/ folder of the code to compare with "
                     "(e.g. main's checkout); without it, no baseline is measured")
