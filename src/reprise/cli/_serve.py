@@ -77,6 +77,18 @@ def serve(
         help="Remove request-log chunks older than this (0: keep).")] = 30.0,
     log_max_mb: Annotated[float, typer.Option(
         help="Then the oldest beyond this size per model (0: no limit).")] = 1024.0,
+    slo_availability: Annotated[float, typer.Option(
+        help="Availability objective of models without a running rollout (whose policy "
+             "gives its own): /metrics shows its burn rates and alerts.")] = 0.999,
+    slo_latency_ms: Annotated[float | None, typer.Option(
+        help="Latency objective: requests slower than this spend its budget (default: "
+             "none).")] = None,
+    slo_latency_target: Annotated[float, typer.Option(
+        help="The share of requests that must be faster than --slo-latency-ms.")] = 0.99,
+    otel: Annotated[bool, typer.Option(
+        "--otel", help="Export OpenTelemetry spans of prediction requests, configured by "
+                       "the OTEL_* environment variables (pip install 'reprise-ml[otel]').")
+    ] = False,
 ) -> None:
     """Serve registered models: Reprise's JSON API, the Open Inference Protocol (KServe V2),
     health probes and Prometheus metrics. A bearer token is required when
@@ -95,4 +107,6 @@ def serve(
                   no_request_log=no_request_log, log_sample=log_sample, log_cap=log_cap,
                   log_exclude=log_exclude or [], log_buffer=log_buffer,
                   log_flush_s=log_flush_s,
-                  log_max_age_days=log_max_age_days, log_max_mb=log_max_mb)
+                  log_max_age_days=log_max_age_days, log_max_mb=log_max_mb,
+                  slo_availability=slo_availability, slo_latency_ms=slo_latency_ms,
+                  slo_latency_target=slo_latency_target, otel=otel)

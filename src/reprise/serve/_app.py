@@ -19,13 +19,17 @@ __all__ = ["create_app"]
 
 
 def create_app(source: ModelSource, refs: list[str], *, settings: Settings | None = None,
-               ) -> FastAPI:
+               tracer_provider: Any = None) -> FastAPI:
     """A FastAPI app serving ``refs`` (``NAME@ALIAS``, ``NAME:VERSION`` or ``NAME``).
 
     At start-up (the ASGI lifespan) it resolves and loads every ref, warms each model up
     with its example input, and only then reports ready (``/readyz``,
     ``/v2/health/ready``); references that can move are polled every
     ``settings.poll_interval`` seconds and swapped without dropping a request.
+
+    Prediction requests are traced with OpenTelemetry through ``tracer_provider``, or,
+    with ``settings.otel``, through one configured by the ``OTEL_*`` environment
+    variables (the ``otel`` extra).
 
     Example:
         >>> app = create_app(source, ["churn@production"])  # doctest: +SKIP
@@ -40,6 +44,11 @@ def create_app(source: ModelSource, refs: list[str], *, settings: Settings | Non
     from reprise.serve._openapi import hot_paths
 
     state = ServerState(source, refs, settings or Settings())
+    if tracer_provider is not None or state.settings.otel:
+        from reprise.serve._tracing import Tracing, tracer_provider_from_env
+
+        state.tracing = Tracing(tracer_provider) if tracer_provider is not None else \
+            Tracing(tracer_provider_from_env(), owned=True)
     app = FastAPI(title="Reprise model server", version=__version__,
                           lifespan=state.lifespan, redoc_url=None)
     app.state.reprise = state

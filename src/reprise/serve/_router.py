@@ -299,8 +299,12 @@ class Shadow:
                 self._drop()
                 continue
             except (PredictFailed, HTTPError):  # raised, or answered NaN or infinity
+                seconds = time.perf_counter() - start
                 self.split.outcomes.request(self.split.rollout, cand.version, error=True,
-                                            seconds=time.perf_counter() - start)
+                                            seconds=seconds)
+                self.metrics.rollout_request(self.split.rollout.id, cand.name, cand.version,
+                                             "candidate", "shadow", error=True,
+                                             seconds=seconds)
                 self.metrics.shadow_copy(cand.name, str(cand.version), "failed")
                 continue
             except Closed:
@@ -312,6 +316,8 @@ class Shadow:
         keys = split.output_keys(result.outputs)
         split.outcomes.request(split.rollout, cand.version, error=False, seconds=seconds,
                                outputs=keys)
+        self.metrics.rollout_request(split.rollout.id, cand.name, cand.version, "candidate",
+                                     "shadow", error=False, seconds=seconds)
         if copy.stable is None:
             return
         agreed = keys == copy.stable

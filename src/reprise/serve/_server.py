@@ -11,16 +11,21 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
+from reprise.core.errors import UserError
 from reprise.registry import ModelSource
 from reprise.serve._metrics import Metrics
 from reprise.serve._models import ModelTable, ServedModel, is_pinned, name_of
+from reprise.serve._policy import Policy
 from reprise.serve._rollout_server import RolloutController
 from reprise.serve._settings import Settings
+from reprise.serve._slo import SloBook
+from reprise.serve._tracing import Tracing
 
 __all__ = ["ServerState"]
 
@@ -48,6 +53,9 @@ class ServerState:
         self.source, self.settings = source, settings
         self.table = ModelTable(refs)
         self.metrics = Metrics()
+        self.slo = SloBook(self.table.default_ref, self.objectives, time.perf_counter)
+        self.metrics.registry.register(self.slo)
+        self.tracing: Tracing | None = None  # set by create_app (--otel)
         self.cpu = ThreadPoolExecutor(_CPU_THREADS, thread_name_prefix="reprise-request")
         self.token = settings.resolved_token()
         self.failed: str | None = None
@@ -66,6 +74,16 @@ class ServerState:
     @property
     def ready(self) -> bool:
         return self.table.complete and self.failed is None and not self.stopping
+
+    def objectives(self, name: str) -> Policy:
+        """The SLOs of model ``name`` now: its running rollout's policy, else the server's."""
+        split = self.table.splits.get(self.table.default_ref.get(name, ""))
+        if split is not None:
+            try:
+                return Policy.from_dict(split.rollout.policy, source=f"rollout {split.rollout.id}")
+            except UserError:  # stored by another release, say: the server's objectives
+                pass
+        return self.settings.slo_policy()
 
     @asynccontextmanager
     async def lifespan(self, app: Any) -> AsyncIterator[None]:
@@ -187,6 +205,8 @@ class ServerState:
         if self.request_log is not None:  # after the drain: every answer given is logged
             await self.request_log.close(max(1.0, self.settings.drain_timeout))
         self.cpu.shutdown(wait=False)
+        if self.tracing is not None:  # flushes the spans still queued for export
+            await asyncio.to_thread(self.tracing.shutdown)
 
 
 def _freeze_heap() -> None:

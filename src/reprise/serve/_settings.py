@@ -8,8 +8,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from reprise.core.errors import ConfigError
+from reprise.core.errors import ConfigError, UserError
+
+if TYPE_CHECKING:
+    from reprise.serve._policy import Policy
 
 __all__ = ["TOKEN_ENV", "ModelSettings", "ResolvedSettings", "Settings"]
 
@@ -86,6 +90,13 @@ class Settings:
         log_max_age_days: chunks of the served models older than this are removed
             (checked after a flush, at most every five minutes); ``None``: kept.
         log_max_mb: then the oldest chunks beyond this size per model; ``None``: kept.
+        slo_availability: the availability objective of every model without a running
+            rollout (a rollout's policy gives its own): the share of requests answered
+            without a server error; ``/metrics`` shows its burn rates and alerts.
+        slo_latency_ms: the latency objective's threshold (``None``: no latency objective).
+        slo_latency_target: the share of requests that must be faster than that.
+        otel: export OpenTelemetry spans of prediction requests, configured by the SDK's
+            ``OTEL_*`` environment variables (the ``otel`` extra).
         models: per-model-name overrides.
 
     Example:
@@ -122,6 +133,10 @@ class Settings:
     log_flush_s: float = 10.0
     log_max_age_days: float | None = 30.0
     log_max_mb: float | None = 1024.0
+    slo_availability: float = 0.999
+    slo_latency_ms: float | None = None
+    slo_latency_target: float = 0.99
+    otel: bool = False
     models: Mapping[str, ModelSettings] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -135,6 +150,7 @@ class Settings:
         _check_http(self)
         _check_rollouts(self)
         _check_request_log(self)
+        self.slo_policy()  # checks the objectives as a policy file's slo section is checked
         if self.poll_interval <= 0 or self.drain_timeout < 0:
             raise ConfigError("poll_interval must be positive and drain_timeout not negative; "
                               f"got {self.poll_interval} and {self.drain_timeout}")
@@ -148,6 +164,18 @@ class Settings:
             return base
         changes = {k: v for k, v in vars(over).items() if v is not None}
         return replace(base, **changes)
+
+    def slo_policy(self) -> Policy:
+        """The objectives of models without a running rollout, as a policy."""
+        from reprise.serve._policy import load_policy
+
+        try:
+            return load_policy({"slo": {"availability": self.slo_availability,
+                                        "latency_ms": self.slo_latency_ms,
+                                        "latency_target": self.slo_latency_target}},
+                               source="the server's SLO settings")
+        except UserError as exc:
+            raise ConfigError(str(exc)) from None
 
     def resolved_token(self) -> str | None:
         """The token in force: ``token``, else ``REPRISE_SERVE_TOKEN``; ``None`` when empty."""
