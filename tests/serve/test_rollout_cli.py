@@ -152,3 +152,15 @@ def test_status_shows_holds_in_a_row_waiting_for_data_as_one_row() -> None:
     from reprise.cli._render import timestamp
 
     assert rows[1][1] == timestamp(1.8e9 + 5) and rows[1][3] == "20%"  # the last hold's
+
+
+def test_the_audit_log_line_of_a_hold_names_the_weight_it_keeps() -> None:
+    from reprise.cli._models import _rollout_details
+
+    hold = {"rollout": "r1", "decision": 3, "from": {"weight": 25.0}, "weight": 25.0,
+            "reason": "insufficient data: 9 of 100 requests (candidate v2)"}
+    step = {**hold, "weight": 50.0, "reason": "all checks pass"}
+    assert _rollout_details("rollout.hold", hold) == (
+        "rollout r1 #3; weight 25%; insufficient data: 9 of 100 requests (candidate v2)")
+    assert _rollout_details("rollout.step", step) == (
+        "rollout r1 #3; weight 25% -> 50%; all checks pass")
