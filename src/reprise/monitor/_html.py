@@ -122,13 +122,12 @@ def _summary(r: DriftReport) -> str:
 def _columns(ranked: list[ColumnDrift]) -> str:
     rows, classes = [], []
     for c in ranked[:MAX_ROWS]:
-        unseen = c.unseen["share"] if c.unseen else None
         rows.append([_e(c.column), _e(c.kind), _verdict(c), _e(c.method or ""),
                      _num(c.statistic), _num(c.p_value), _num(c.threshold),
                      _num(c.p_adjusted), _num(c.effect.get("wasserstein")),
                      _num(c.effect.get("js")), _num(c.effect.get("tvd")),
                      _num(c.reference_missing_rate), _num(c.missing_rate),
-                     _num(unseen), str(c.values), _e(c.reason)])
+                     _unseen(c), str(c.values), _e(c.reason)])
         classes.append("small" if c.verdict == "insufficient" else "")
     more = len(ranked) - MAX_ROWS
     note = f'<p class="meta">{more} more columns: see --json.</p>' if more > 0 else ""
@@ -136,6 +135,14 @@ def _columns(ranked: list[ColumnDrift]) -> str:
         ["column", "kind", "verdict", "method", "statistic", "p", "threshold", "p adjusted",
          "Wasserstein/σ", "JS", "TVD", "missing ref", "missing now", "unseen", "values",
          "note"], rows, classes) + note
+
+
+def _unseen(c: ColumnDrift) -> str:
+    if not c.unseen:
+        return _num(None)
+    top = list(c.unseen["labels"].items())[:3]
+    labels = ", ".join(f"{_e(k)} ({v})" for k, v in top)
+    return _num(c.unseen["share"]) + (f"<br><small>{labels}</small>" if labels else "")
 
 
 def _verdict(c: ColumnDrift) -> str:
