@@ -8,7 +8,8 @@ Per column (each result is a :class:`ColumnDrift`, never an exception):
   reference's categories, its "other" cell and one cell of unseen labels;
 - larger windows: the distance (normalised Wasserstein or Jensen-Shannon) against the
   threshold learned from the reference's chunks, or a fixed one from the policy;
-- every column: the change in its missing rate (Fisher's exact test).
+- every column: the change in its missing rate (χ² on the 2×2 table, Fisher's exact
+  test where counts are small).
 
 Effect sizes are reported whatever decided: ``wasserstein`` (in reference standard
 deviations), ``js`` (Jensen-Shannon distance on coarse bins or categories, 0 to 1),

@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from reprise.core._nulls import resolve_na_values
 from reprise.core.errors import ConfigError, UserError
+from reprise.monitor._parallel import each
 from reprise.monitor._stats import js_distance, wasserstein_binned
 from reprise.monitor._summary import (
     CategoricalSpec,
@@ -240,12 +241,14 @@ class _Pass1:
             self.kinds = {f.name: column_kind(f.type) for f in batch.schema}
         priorities = self.rng.random(batch.num_rows)
         self.rows += batch.num_rows
-        for name, kind in self.kinds.items():
-            arr = batch.column(name)
-            if kind == "numeric":
-                self._numbers(name, arr, priorities)
-            elif kind == "categorical":
-                self._labels(name, arr)
+
+        def one(name: str) -> None:  # each column's state is its own (dict keys differ)
+            if self.kinds[name] == "numeric":
+                self._numbers(name, batch.column(name), priorities)
+            elif self.kinds[name] == "categorical":
+                self._labels(name, batch.column(name))
+
+        each(one, list(self.kinds), batch.num_rows)
 
     def _numbers(self, name: str, arr: Any, priorities: np.ndarray) -> None:
         import pyarrow.compute as pc
@@ -273,8 +276,8 @@ class _Pass1:
         labels, _ = labels_of(arr, self.spellings)
         if not len(labels):
             return
-        counts = self.labels.setdefault(name, {})
         vc = pc.value_counts(labels)
+        counts = self.labels.setdefault(name, {})
         for value, c in zip(vc.field("values").to_pylist(),
                             vc.field("counts").to_pylist(), strict=True):
             counts[value] = counts.get(value, 0) + c
@@ -320,12 +323,15 @@ def _count_chunks(batches: Batches, schema: pa.Schema,
             if lo >= hi:
                 continue
             part = batch.slice(lo - start, hi - lo)
-            for name, summaries in out.items():
-                s = summaries[c]
+
+            def count(name: str, c: int = c, part: Any = part) -> None:
+                s = out[name][c]
                 if isinstance(s, CategoricalSummary):
                     s.update(part.column(name), spellings, reference=True)
                 else:
                     s.update(part.column(name), spellings)
+
+            each(count, list(out), part.num_rows)
         start = end
     if start != rows:
         raise UserError(f"the reference had {rows} rows on its first read and {start} on its "

@@ -103,15 +103,25 @@ def chi2_test(ref: np.ndarray, cur: np.ndarray) -> tuple[float, float, int]:
 
 def missing_test(ref_missing: int, ref_rows: int, cur_missing: int,
                  cur_rows: int) -> float:
-    """The two-sided p-value of Fisher's exact test that the missing rate is unchanged
-    (1.0 when neither sample has a missing value, or every value is missing in both)."""
+    """The two-sided p-value that the missing rate is unchanged: Pearson's χ² on the 2×2
+    table when every expected count is at least 5, else Fisher's exact test (the χ² is
+    the same test at a fraction of the cost where its approximation holds). 1.0 when
+    neither sample has a missing value, or every value is missing in both."""
     total_missing = ref_missing + cur_missing
-    if total_missing == 0 or total_missing == ref_rows + cur_rows:
+    total = ref_rows + cur_rows
+    if total_missing == 0 or total_missing == total:
         return 1.0
+    table = np.array([[ref_missing, ref_rows - ref_missing],
+                      [cur_missing, cur_rows - cur_missing]], dtype=np.float64)
+    expected = np.outer(table.sum(axis=1), table.sum(axis=0)) / total
+    if expected.min() >= 5:
+        from scipy.special import chdtrc
+
+        stat = float(((table - expected) ** 2 / expected).sum())
+        return float(chdtrc(1, stat))
     from scipy.stats import fisher_exact
 
-    table = [[ref_missing, ref_rows - ref_missing], [cur_missing, cur_rows - cur_missing]]
-    return float(fisher_exact(table)[1])
+    return float(fisher_exact(table.astype(np.int64).tolist())[1])
 
 
 def adjust(p_values: Sequence[float], method: str) -> list[float]:

@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from reprise.core.errors import UserError
+from reprise.monitor._parallel import each
 from reprise.monitor._reference import Reference, Summary
 from reprise.monitor._summary import CategoricalSummary, NumericSummary
 
@@ -53,11 +54,13 @@ class Window:
         names = set(data.schema.names)
         self.extra |= names - set(self.reference.kinds)
         self.rows += data.num_rows
+        present = []
         for name, summary in self.columns.items():
-            if name not in names:
+            if name in names:
+                present.append((summary, data.column(name)))
+            else:
                 self.absent_rows[name] = self.absent_rows.get(name, 0) + data.num_rows
-                continue
-            summary.update(data.column(name), self._spellings)
+        each(lambda sc: sc[0].update(sc[1], self._spellings), present, data.num_rows)
 
     def merge(self, other: Window) -> Window:
         """A window of both (neither is changed)."""
