@@ -77,7 +77,7 @@ def _delay(ref: Any, rng: np.random.Generator, column: str, **shift: Any) -> int
     return None
 
 
-def honesty(*, quick: bool, evidently_python: str | None) -> dict[str, Any]:
+def honesty(*, quick: bool, evidently_python: str | None = None) -> dict[str, Any]:
     from reprise.monitor import fit_reference
 
     windows, onsets = (30, 5) if quick else (100, 20)
@@ -111,13 +111,24 @@ def honesty(*, quick: bool, evidently_python: str | None) -> dict[str, Any]:
             "twenty_point_share_max_delay": _worst(share),
             "thirty_row_windows_without_verdict": tiny.count("insufficient") / len(tiny),
         }}
-    if evidently_python:
-        rng = np.random.default_rng(11)
-        shifted = {"half_sigma_shift": [_rows(rng, 1000, shift=0.5) for _ in range(onsets)],
-                   "twenty_point_share": [_rows(rng, 1000, shares=MOVED)
-                                          for _ in range(onsets)]}
-        out["evidently"] = _evidently(evidently_python, ref_table, null_windows, shifted)
     return out
+
+
+def evidently_honesty(interp: str, *, windows: int, quick: bool) -> dict[str, Any]:
+    """Evidently on the first ``windows`` of the same null windows (same seeds) and on
+    ``windows // 5`` first windows after each kind of onset."""
+    windows = min(windows, 30 if quick else 100)
+    ref_table = _rows(np.random.default_rng(2026), 100_000)
+    rng = np.random.default_rng(7)
+    null_windows = [_rows(rng, 1000) for _ in range(windows)]
+    rng = np.random.default_rng(11)
+    onsets = max(windows // 5, 1)
+    shifted = {"half_sigma_shift": [_rows(rng, 1000, shift=0.5) for _ in range(onsets)],
+               "twenty_point_share": [_rows(rng, 1000, shares=MOVED) for _ in range(onsets)]}
+    try:
+        return _evidently(interp, ref_table, null_windows, shifted)
+    except (subprocess.SubprocessError, ValueError, KeyError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def _worst(delays: list[int | None]) -> int | None:

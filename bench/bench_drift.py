@@ -11,7 +11,8 @@ Evidently (the peer) runs on the same data, written once to Parquet, at the size
 it finishes: its ``DataDriftPreset`` on pandas DataFrames held in memory, as its users
 run it. Reprise runs on the same files at the same sizes. Evidently 0.7 needs
 ``plotly<6`` and Reprise pins plotly 7, so it cannot share the project's environment:
-it runs in a virtual environment of its own (``--evidently-python``), in the same run.
+it runs in a virtual environment of its own, in the same run: ``--evidently-python``, or
+``bench/.work/evidently`` made from ``requirements-evidently.txt`` when missing.
 
 Honesty (issue 15, point 4), on generated data with fixed seeds: 100 windows of 1,000
 rows from the reference distribution (20 numbers and one category) give the dataset
@@ -198,6 +199,25 @@ def cost(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def evidently_env(given: str | None) -> tuple[str | None, str | None]:
+    """The Python of Evidently's own environment: ``given``, or bench/.work/evidently,
+    made from requirements-evidently.txt when missing. ``(python, why not)``."""
+    if given:
+        return given, None
+    venv = WORK / "evidently"
+    interp = venv / "bin" / "python"
+    if not interp.exists():
+        try:
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True,
+                           capture_output=True, timeout=300)
+            subprocess.run([str(interp), "-m", "pip", "install", "-q", "-r",
+                            str(HERE / "requirements-evidently.txt")], check=True,
+                           capture_output=True, timeout=1800)
+        except (subprocess.SubprocessError, OSError) as exc:
+            return None, f"Evidently's environment could not be made: {exc}"
+    return str(interp), None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="Small sizes; no result file.")
@@ -205,19 +225,32 @@ def main() -> None:
                     help="Python of a virtual environment with evidently installed.")
     ap.add_argument("--evidently-timeout", type=float, default=900)
     ap.add_argument("--skip-cost", action="store_true")
+    ap.add_argument("--evidently-windows", type=int, default=100,
+                    help="Null windows Evidently judges (its onsets: a fifth as many).")
     args = ap.parse_args()
     sys.path.insert(0, str(SRC))
-    from _drift_honesty import honesty
+    from _drift_honesty import evidently_honesty, honesty
 
-    result: dict[str, Any] = {"goal": {"seconds": 60, "peak_mib": 2048}}
+    args.evidently_python, why_not = evidently_env(args.evidently_python)
+    result: dict[str, Any] = {"goal": {"seconds": 60, "peak_mib": 2048},
+                              "load_average_at_start": os.getloadavg()}
+    if why_not:
+        result["evidently_note"] = why_not
+
+    def save() -> None:  # after each part, so a long run keeps what it measured
+        if not args.quick:
+            write_result("drift", result)
+
+    result["honesty"] = honesty(quick=args.quick, evidently_python=None)
+    save()
     if not args.skip_cost:
         result["cost"] = cost(args)
-    result["honesty"] = honesty(quick=args.quick, evidently_python=args.evidently_python)
-    if not args.evidently_python:
-        result["evidently_note"] = ("not run: pass --evidently-python (Evidently 0.7 needs "
-                                    "plotly<6, Reprise pins plotly 7)")
-    if not args.quick:
-        print(write_result("drift", result))
+        save()
+    if args.evidently_python:
+        result["honesty"]["evidently"] = evidently_honesty(
+            args.evidently_python, windows=args.evidently_windows, quick=args.quick)
+    result["load_average_at_end"] = os.getloadavg()
+    save()
     print(json.dumps(result, indent=2))
 
 
