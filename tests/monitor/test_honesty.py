@@ -58,6 +58,10 @@ def test_half_sigma_shift_in_one_of_20_columns_detected_within_2_windows(
     for _ in range(5):  # five independent onsets, each caught within two windows
         found = [_verdict(reference, _rows(rng, 1000, shift=0.5)) for _ in range(2)]
         assert any(v == "drift" and "x7" in cols for v, cols in found), found
+    w = Window(reference)  # type: ignore[arg-type]
+    w.update(_rows(rng, 1000, shift=0.5))
+    check = compare(reference, w).as_check()  # type: ignore[arg-type]
+    assert check["verdict"] == "fail" and check["value"] <= 0.05 and "x7" in check["message"]
 
 
 def test_20_point_change_in_one_category_share_detected_within_2_windows(
@@ -77,3 +81,5 @@ def test_a_window_of_30_rows_gets_no_verdict(reference: object) -> None:
     assert r.verdict == "insufficient"
     assert {c.verdict for c in r.columns} == {"insufficient"}
     assert all(c.p_value is None and c.missing_p_value is None for c in r.columns)
+    check = r.as_check()  # what a rollout's input_drift check would report
+    assert check["verdict"] == "insufficient" and check["value"] is None

@@ -102,6 +102,27 @@ class DriftReport:
     def column(self, name: str) -> ColumnDrift:
         return next(c for c in self.columns if c.column == name)
 
+    def as_check(self) -> dict[str, Any]:
+        """The verdict in the rollout analysis' vocabulary (``reprise.serve``'s
+        ``CheckResult`` fields), so a deployment can plug drift in as its ``input_drift``
+        check: ``fail`` on drift, ``pass`` on none, ``insufficient`` without a verdict;
+        the value is the smallest adjusted p-value, the limit ``alpha``. Plain data: the
+        monitoring and serving layers are siblings and do not import each other."""
+        adjusted = [c.p_adjusted for c in self.columns if c.p_adjusted is not None]
+        verdict = {"drift": "fail", "no_drift": "pass"}.get(self.verdict, "insufficient")
+        if self.verdict == "drift":
+            message = (f"input drift in {', '.join(self.drifted[:5])}"
+                       f"{' ...' if len(self.drifted) > 5 else ''} ({self.correction} at "
+                       f"alpha {self.alpha:g})")
+        elif self.verdict == "no_drift":
+            message = f"no input drift ({self.correction} at alpha {self.alpha:g})"
+        else:
+            message = (f"insufficient data: {self.window_rows} rows, fewer than "
+                       f"{self.policy['min_rows']} values in every column")
+        return {"name": "input_drift", "verdict": verdict,
+                "value": min(adjusted) if adjusted else None, "limit": self.alpha,
+                "message": message}
+
     def to_dict(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "correction": self.correction, "alpha": self.alpha,
                 "reference_rows": self.reference_rows, "window_rows": self.window_rows,
