@@ -39,6 +39,11 @@ def test_evaluate_package_loads_nothing_heavy() -> None:
     assert not _loaded("import reprise; reprise.evaluate.__all__") & set(HEAVY + ["plotly"])
 
 
+def test_monitor_package_loads_nothing_heavy() -> None:
+    heavy = set(HEAVY + ["numpy", "scipy", "plotly"])
+    assert not _loaded("import reprise.monitor; reprise.monitor.DriftPolicy()") & heavy
+
+
 def test_tune_package_loads_nothing_heavy() -> None:
     assert not _loaded("import reprise.tune") & set(HEAVY + ["optuna", "plotly", "numpy"])
 

@@ -16,7 +16,7 @@ from reprise.cli._data import data_app
 from reprise.cli._fast import workspace as _ws
 from reprise.cli._models import audit_app, models_app
 from reprise.cli._models import predict as _predict
-from reprise.cli._monitor_log import monitor_app
+from reprise.cli._monitor import monitor_app
 from reprise.cli._rollout import rollout_app
 from reprise.cli._serve import serve
 from reprise.cli._tune import tune_app

@@ -15,11 +15,8 @@ import typer
 from reprise.cli import _render as render
 from reprise.cli._fast import workspace as _ws
 
-__all__ = ["add_request_log_commands", "monitor_app"]
+__all__ = ["add_request_log_commands"]
 
-monitor_app = typer.Typer(
-    help="Monitoring: the request log, feedback labels, labelled exports.",
-    no_args_is_help=True)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 SinceOpt = Annotated[str | None, typer.Option(
     help="From this time: a duration ago (30m, 24h, 7d) or an ISO date/time.")]
@@ -131,5 +128,3 @@ def add_request_log_commands(app: typer.Typer) -> None:
     app.command("export-labelled")(export_labelled)
     app.command("prune")(prune)
 
-
-add_request_log_commands(monitor_app)

@@ -1,0 +1,13 @@
+"""The public surface of reprise.monitor is pinned."""
+
+from __future__ import annotations
+
+import reprise.monitor
+
+
+def test_exported_members() -> None:
+    assert sorted(reprise.monitor.__all__) == [
+        "ColumnDrift", "DriftPolicy", "DriftReport", "Reference", "Window", "compare",
+        "compare_datasets", "fit_reference", "load_drift_policy", "render_drift_report"]
+    for name in reprise.monitor.__all__:
+        assert getattr(reprise.monitor, name) is not None
