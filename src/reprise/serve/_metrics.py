@@ -102,8 +102,8 @@ class Metrics:
             except KeyError:
                 pass
 
-    def shadow_copy(self, model: str, version: str, outcome: str) -> None:
-        self._child(self._shadow, model, version, outcome).inc()
+    def shadow_copy(self, model: str, version: str, outcome: str, n: int = 1) -> None:
+        self._child(self._shadow, model, version, outcome).inc(n)
 
     def render(self) -> tuple[bytes, str]:
         """The text exposition format and its content type."""
