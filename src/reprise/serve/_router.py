@@ -56,6 +56,7 @@ _logger = logging.getLogger(__name__)
 SLOTS = 10_000  # a weight's resolution: 0.01 %
 _SCORE_BINS = 20  # bins of a score or regression output with a known range
 _SHADOW_BATCH = 256  # most copies handed to the candidate at once (ShadowGate may give fewer)
+_SHADOW_NAP = 0.02  # least sleep of a shadow waiting for its budget (seconds)
 
 
 def sticky_slot(rollout_id: str, key: bytes) -> int:
@@ -287,11 +288,15 @@ class ShadowGate:
     a busy server they take the interpreter (the GIL) and the cores from live answers.
     The gate keeps them out of the way:
 
-    * a token bucket of seconds: the shadow earns ``share`` seconds per second of wall
-      time (up to ``burst_s`` saved) and spends what each batch cost, the candidate's
+    * a token bucket of seconds: the shadow earns ``share`` seconds per second of the
+      clock (up to ``burst_s`` saved) and spends what each batch cost, the candidate's
       predict calls (their thread's CPU time) and the shadow's own bookkeeping on the
       event loop. A batch starts only with the balance positive, so over any stretch
-      the shadow takes at most about ``share`` of the time plus one batch;
+      the shadow takes at most about ``share`` of the clock's time plus one batch. The
+      server's clock is its process's CPU time, not the wall's: on a machine whose
+      cores are shared with other work the shadow's budget shrinks with the server's
+      own (5 % of the wall's time could be most of what the server gets), and a quiet
+      server's copies wait until live work pays for them (batches grow meanwhile);
     * a batch starts only while the stable version has nothing queued or running.
 
     Copies that wait meanwhile stay in the bounded queue; when it is full new ones are
@@ -347,7 +352,7 @@ class Shadow:
 
     def __init__(self, split: Split, metrics: Metrics, capacity: int,
                  gate: ShadowGate | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.process_time) -> None:
         self.split, self.metrics, self.capacity, self._clock = split, metrics, capacity, clock
         self.gate = gate if gate is not None else ShadowGate(now=clock())
         self._queue: deque[_Copy] = deque()
@@ -386,8 +391,8 @@ class Shadow:
             if wait == math.inf:
                 await stable.drain(1.0)
                 continue
-            if wait > 0:
-                await asyncio.sleep(wait)
+            if wait > 0:  # (in the clock's seconds: CPU ones pass slower than the wall's)
+                await asyncio.sleep(max(wait, _SHADOW_NAP))
                 continue
             n = self.gate.batch_rows(self._row_cost, _SHADOW_BATCH)
             batch = [self._queue.popleft() for _ in range(min(n, len(self._queue)))]
