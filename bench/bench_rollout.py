@@ -224,6 +224,58 @@ def _target(server: Server) -> Any:
     return _Target(server)  # what run_wrk reads: port and url
 
 
+# -- in-process CPU per request -------------------------------------------------------------
+
+async def _cpu_slice(ws_dir: Path, body: dict[str, Any], requests: int,
+                     rollout: bool) -> float:
+    """Process CPU microseconds per request of ``requests`` single-row predictions sent 32
+    at a time to a server started here, on ``ws_dir``, without sockets (httpx's ASGI
+    transport): the same client work for every configuration, so differences between
+    configurations are the server's."""
+    import asyncio
+
+    from reprise.registry import RegistrySource
+    from reprise.serve import Settings, create_app
+    from reprise.tracking._api import open_workspace
+
+    app = create_app(RegistrySource(open_workspace(ws_dir)), ["lr@production"],
+                     settings=Settings())
+    state = app.state.reprise
+    async with app.router.lifespan_context(app):
+        while not (state.ready and (bool(state.table.splits) == rollout)):
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(2.5)  # the rollout's first ticks (lease, analysis) come first
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://b") as client:
+            async def burst() -> None:
+                got = await asyncio.gather(*(client.post("/v1/models/lr/predict", json=body)
+                                             for _ in range(CONCURRENCY)))
+                assert all(r.status_code == 200 for r in got)
+            for _ in range(200 // CONCURRENCY):  # warm-up
+                await burst()
+            cpu = time.process_time()
+            for _ in range(requests // CONCURRENCY):
+                await burst()
+            return (time.process_time() - cpu) / (requests // CONCURRENCY * CONCURRENCY) * 1e6
+
+
+def inprocess(servers: list[Server], body: dict[str, Any], repeats: int,
+              requests: int) -> dict[str, list[float]]:
+    import asyncio
+
+    out: dict[str, list[float]] = {s.name: [] for s in servers}
+    for s in servers:  # what each imports once (the analysis: scipy) is not measured
+        asyncio.run(_cpu_slice(s.ws_dir, body, 4 * CONCURRENCY, s.name != "plain"))
+    for r in range(repeats):
+        order = servers[r % len(servers):] + servers[:r % len(servers)]
+        for s in order:
+            us = asyncio.run(_cpu_slice(s.ws_dir, body, requests, s.name != "plain"))
+            out[s.name].append(us)
+            print(f"  in-process round {r + 1} {s.name:7s} {us:7.1f} us CPU per request "
+                  "(client included)", flush=True)
+    return out
+
+
 # -- reaction time -------------------------------------------------------------------------
 
 class Load:
@@ -361,10 +413,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seconds", type=int, default=5, help="per measurement")
     ap.add_argument("--reactions", type=int, default=3, help="bad-candidate rollouts")
+    ap.add_argument("--cpu-requests", type=int, default=3200,
+                    help="requests per in-process CPU measurement")
     ap.add_argument("--quick", action="store_true", help="one short round, no result file")
     args = ap.parse_args(argv)
     if args.quick:
-        args.repeats, args.seconds, args.reactions = 1, 2, 1
+        args.repeats, args.seconds, args.reactions, args.cpu_requests = 1, 2, 1, 640
     wrk = ensure_wrk()
     if wrk is None:
         print("  wrk is not installed and could not be (run `apt-get install -y wrk` as "
@@ -383,8 +437,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             wait_routing(s, rollout=s.name != "plain")
         wait_routing(failing, rollout=False)
         measure(wrk, servers, body, args.repeats, args.seconds)
-        for s in servers:  # quiet while the reaction time is measured
+        for s in servers:  # quiet while the rest is measured
             stop(s)
+        cpu = inprocess(servers, {"records": [row]}, args.repeats, args.cpu_requests)
         reactions = reaction(failing, fail_ws, args.reactions)
     finally:
         for s in [*servers, failing]:
@@ -396,12 +451,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for x in s.samples:
             x["duration_s"] = args.seconds
     figures, ratios, goals = summarise(servers, reactions)
+    med = statistics.median
+    for name, samples in cpu.items():
+        figures[f"{name}_inprocess_cpu_us_per_request"] = med(samples)
+    for name in ("canary", "shadow"):
+        figures[f"{name}_inprocess_extra_cpu_us_per_request"] = med(
+            a - b for a, b in zip(cpu[name], cpu["plain"], strict=True))
     for name, g in goals.items():
         print(f"  goal {name:32s} {g['target']:>8s}  {g['value']:8.2f}  "
               f"{'met' if g['met'] else 'NOT met'}")
     result = {"figures": figures, "ratios": ratios, "goals": goals,
               "repeats": args.repeats, "seconds": args.seconds,
               "samples": {s.name: s.samples for s in servers}, "reactions": reactions,
+              "inprocess_cpu_us_per_request": cpu,
               "interval_s": INTERVAL_S, "fail_share": FAIL_SHARE,
               "load_average": {"before": load_before, "after": load_after},
               "cpus": {"os.cpu_count": os.cpu_count(),
