@@ -7,6 +7,8 @@ f:close()
 wrk.headers["Content-Type"] = "application/json"
 local auth = os.getenv("WRK_AUTH")  -- bench_hostile.py: the bearer token
 if auth then wrk.headers["Authorization"] = auth end
+local traceparent = os.getenv("WRK_TRACEPARENT")  -- bench_observability.py
+if traceparent then wrk.headers["traceparent"] = traceparent end
 
 function done(summary, latency, requests)
   local e = summary.errors

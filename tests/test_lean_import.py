@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 HEAVY = ["torch", "sklearn", "fastapi", "uvicorn", "starlette", "sqlalchemy", "alembic",
-         "pandas", "pyarrow", "fsspec", "mlflow", "psutil", "pandera", "pydantic"]
+         "pandas", "pyarrow", "fsspec", "mlflow", "psutil", "pandera", "pydantic", "opentelemetry"]
 
 
 def _loaded(code: str) -> set[str]:

@@ -8,6 +8,11 @@ gates, HTML reports) -> package the MLP with its fitted scaler for the registry.
     reprise data add cancer data/cancer.csv --schema schema.py:schema
     reprise tune pipeline.py:tabular --space space.yaml --metric train_mlp/best_val_loss
     reprise run pipeline.py:tabular -p C=0.5 -p lr=... -p hidden=...
+
+``broken`` is the demo's deliberately bad model, for its rollback act: a real, packaged
+scikit-learn estimator that answers the most frequent class for every row.
+
+    reprise run pipeline.py:broken
 """
 
 from __future__ import annotations
@@ -133,3 +138,50 @@ def tabular(data: Dataset = CANCER, C: float = 1.0,
     mlp = train_mlp(x_train, y_train, epochs, lr, hidden)
     evaluation = evaluate(model, mlp, x_test, y_test, test)
     return package(mlp, scaler, train, evaluation)
+
+
+@step
+def train_constant(x: np.ndarray, y: np.ndarray) -> Any:
+    """A deliberately broken model: scikit-learn's DummyClassifier answers the training
+    data's most frequent class (benign) for every row, whatever its measurements."""
+    from sklearn.dummy import DummyClassifier
+
+    return reprise.train.fit_estimator(DummyClassifier(strategy="most_frequent"), x, y)
+
+
+@step
+def evaluate_constant(model: Any, x: np.ndarray, y: np.ndarray, test: pd.DataFrame) -> dict:
+    """The same evaluation and gates as the real models. It fails them (ROC AUC 0.5), and
+    the failed evaluation goes on its card, so promoting it needs --force."""
+    from reprise.evaluate import GateFailedError
+    from reprise.evaluate import evaluate as score
+
+    columns = test[["mean_radius", "mean_texture"]]
+    try:
+        ev = score(X=columns, y=y, y_proba=model.predict_proba(x)[:, 1],
+                   slices=list(columns), gates=GATES, name="constant", seed=0)
+    except GateFailedError as exc:  # expected: keep the evaluation, with its failed gates
+        ev = exc.evaluation
+    return dict(ev)
+
+
+@step
+def package_constant(model: Any, scaler: Any, train: pd.DataFrame,
+                     evaluation: dict) -> ModelPackage:
+    """Packaged exactly like the MLP (same scaler, signature and example rows), so a
+    rollout accepts its inputs and its warm-up: only its answers are wrong."""
+    return reprise.registry.package_model(
+        model, sample=train[list(scaler.feature_names_in_)], target=train["target"],
+        preprocessing=scaler, evaluation=evaluation,
+        description="Deliberately broken: answers one class for every row (demo)")
+
+
+@reprise.pipeline
+def broken(data: Dataset = CANCER, test_fraction: float = 0.25):
+    """The demo's bad candidate; its data steps are the ``tabular`` pipeline's (cached)."""
+    frame = validate(load(data))
+    train, test = split(frame, test_fraction)
+    x_train, y_train, x_test, y_test, scaler = featurize(train, test)
+    model = train_constant(x_train, y_train)
+    evaluation = evaluate_constant(model, x_test, y_test, test)
+    return package_constant(model, scaler, train, evaluation)

@@ -259,7 +259,8 @@ def test_openapi_documents_every_endpoint() -> None:
     paths = run(main())["paths"]
     for path in ("/v1/models/{name}/predict", "/v1/models/{name}/versions/{version}/predict",
                  "/v2/models/{name}/infer", "/v2/models/{name}/versions/{version}/infer",
-                 "/v2/health/ready", "/v2/models/{name}", "/metrics", "/readyz"):
+                 "/v2/health/ready", "/v2/models/{name}", "/metrics", "/readyz",
+                 "/v1/models/{name}/feedback"):
         assert path in paths
     assert "422" in paths["/v1/models/{name}/predict"]["post"]["responses"]
     infer = paths["/v2/models/{name}/infer"]["post"]

@@ -124,3 +124,43 @@ def test_a_second_rollout_on_the_alias_is_refused(project: Any) -> None:
     cli(root, "rollout", "start", "churn", "2")
     res = cli(root, "rollout", "start", "churn", "3", code=2)
     assert "already has a running rollout" in res.stderr
+
+
+def test_status_shows_holds_in_a_row_waiting_for_data_as_one_row() -> None:
+    from reprise.cli._rollout import _decision_rows
+
+    def d(seq: int, action: str, reason: str | None, weight: float = 20.0) -> dict[str, Any]:
+        return {"seq": seq, "time": 1.8e9 + seq, "action": f"rollout.{action}",
+                "weight": weight, "actor": "srv", "reason": reason}
+
+    waits = [d(n, "hold", f"insufficient data: {n * 10} of 100 requests (candidate v2)")
+             for n in range(2, 6)]
+    rows = _decision_rows([d(1, "start", None), *waits, d(6, "step", "all checks pass", 50),
+                           d(7, "hold", "insufficient data: 3 of 100 requests (candidate v2)"),
+                           d(8, "hold", "failed analysis 1 of 2: prediction_shift: ..."),
+                           d(9, "hold", "insufficient data: 9 of 100 requests (candidate v2)"),
+                           d(10, "rollback", "2 failed analyses in a row", 0)])
+    assert [(r[0], r[2], r[5]) for r in rows] == [
+        ("1", "start", "-"),
+        ("2-5", "hold", "4 holds, the last: insufficient data: 50 of 100 requests "
+                        "(candidate v2)"),
+        ("6", "step", "all checks pass"),
+        ("7", "hold", "insufficient data: 3 of 100 requests (candidate v2)"),
+        ("8", "hold", "failed analysis 1 of 2: prediction_shift: ..."),
+        ("9", "hold", "insufficient data: 9 of 100 requests (candidate v2)"),
+        ("10", "rollback", "2 failed analyses in a row")]
+    from reprise.cli._render import timestamp
+
+    assert rows[1][1] == timestamp(1.8e9 + 5) and rows[1][3] == "20%"  # the last hold's
+
+
+def test_the_audit_log_line_of_a_hold_names_the_weight_it_keeps() -> None:
+    from reprise.cli._models import _rollout_details
+
+    hold = {"rollout": "r1", "decision": 3, "from": {"weight": 25.0}, "weight": 25.0,
+            "reason": "insufficient data: 9 of 100 requests (candidate v2)"}
+    step = {**hold, "weight": 50.0, "reason": "all checks pass"}
+    assert _rollout_details("rollout.hold", hold) == (
+        "rollout r1 #3; weight 25%; insufficient data: 9 of 100 requests (candidate v2)")
+    assert _rollout_details("rollout.step", step) == (
+        "rollout r1 #3; weight 25% -> 50%; all checks pass")

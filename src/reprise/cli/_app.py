@@ -16,6 +16,7 @@ from reprise.cli._data import data_app
 from reprise.cli._fast import workspace as _ws
 from reprise.cli._models import audit_app, models_app
 from reprise.cli._models import predict as _predict
+from reprise.cli._monitor_log import monitor_app
 from reprise.cli._rollout import rollout_app
 from reprise.cli._serve import serve
 from reprise.cli._tune import tune_app
@@ -38,6 +39,7 @@ app.command()(serve)
 app.add_typer(models_app, name="models")
 app.add_typer(audit_app, name="audit")
 app.add_typer(rollout_app, name="rollout")
+app.add_typer(monitor_app, name="monitor")
 app.command("predict")(_predict)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]

@@ -115,12 +115,20 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
                   max_header_bytes: int, header_timeout: float, body_timeout: float,
                   max_connections: int, allowed_host: list[str], allowed_origin: list[str],
                   access_log: bool, log_level: str, key_header: str | None = "x-request-key",
-                  key_column: str | None = None, shadow_queue: int = 1000) -> int:
+                  key_column: str | None = None, shadow_queue: int = 1000,
+                  no_request_log: bool = False, log_sample: float = 0.1, log_cap: int = 100,
+                  log_exclude: list[str] | None = None, log_buffer: int = 50_000,
+                  log_flush_s: float = 10.0,
+                  log_max_age_days: float = 30.0, log_max_mb: float = 1024.0,
+                  slo_availability: float = 0.999, slo_latency_ms: float | None = None,
+                  slo_latency_target: float = 0.99, otel: bool = False) -> int:
     """Serve registered models until stopped; return the exit code."""
     from reprise.core import require
     from reprise.core.errors import UserError
 
     require("uvicorn", "serve", "reprise serve")
+    if otel:  # before anything loads: a missing extra is the user's to fix (exit 2)
+        require("opentelemetry.sdk.trace", "otel", "reprise serve --otel")
     from reprise.registry import RegistrySource
     from reprise.serve import Settings, run_server
 
@@ -133,7 +141,14 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
                         header_timeout=header_timeout, body_timeout=body_timeout,
                         max_connections=max_connections, allowed_hosts=tuple(allowed_host),
                         allowed_origins=tuple(allowed_origin), key_header=key_header or None,
-                        key_column=key_column, shadow_queue=shadow_queue)
+                        key_column=key_column, shadow_queue=shadow_queue,
+                        request_log=not no_request_log, log_sample=log_sample,
+                        log_cap=log_cap, log_exclude=tuple(log_exclude or ()),
+                        log_buffer=log_buffer, log_flush_rows=min(10_000, log_buffer),
+                        log_flush_s=log_flush_s, log_max_age_days=log_max_age_days or None,
+                        log_max_mb=log_max_mb or None,
+                        slo_availability=slo_availability, slo_latency_ms=slo_latency_ms,
+                        slo_latency_target=slo_latency_target, otel=otel)
     run_server(RegistrySource(workspace()), refs, settings=settings, host=host, port=port,
                log_level=log_level, access_log=access_log)
     return 0
@@ -202,6 +217,18 @@ def _serve_parser() -> argparse.ArgumentParser:
     ap.add_argument("--key-header", default="x-request-key")
     ap.add_argument("--key-column", default=None)
     ap.add_argument("--shadow-queue", type=int, default=1000)
+    ap.add_argument("--no-request-log", action="store_true")
+    ap.add_argument("--log-sample", type=float, default=0.1)
+    ap.add_argument("--log-cap", type=int, default=100)
+    ap.add_argument("--log-exclude", action="append", default=[])
+    ap.add_argument("--log-buffer", type=int, default=50_000)
+    ap.add_argument("--log-flush-s", type=float, default=10.0)
+    ap.add_argument("--log-max-age-days", type=float, default=30.0)
+    ap.add_argument("--log-max-mb", type=float, default=1024.0)
+    ap.add_argument("--slo-availability", type=float, default=0.999)
+    ap.add_argument("--slo-latency-ms", type=float, default=None)
+    ap.add_argument("--slo-latency-target", type=float, default=0.99)
+    ap.add_argument("--otel", action="store_true")
     return ap
 
 

@@ -40,6 +40,7 @@ Commands:
   models   Registered models: versions, aliases, promotion, rollback.
   audit    The hash-chained audit log: registry changes, rollout decisions.
   rollout  Deployments: canary, shadow and blue-green rollouts with...
+  monitor  Monitoring: the request log, feedback labels, labelled exports.
 """
 
 

@@ -213,9 +213,11 @@ def _rollout_details(action: str, p: dict[str, Any]) -> str:
         return (f"{head}: {p.get('stable')} -> {p.get('candidate')}, {p.get('strategy')}"
                 f"{' ' + steps if steps else ''}, every {p.get('interval_s')} s"
                 + (f", forced: {p.get('reason')}" if p.get("force") else ""))
-    before = (p.get("from") or {}).get("weight")
-    move = f"weight {before:g}% -> {p.get('weight'):g}%" if isinstance(before, int | float) \
-        and isinstance(p.get("weight"), int | float) else ""
+    before, after = (p.get("from") or {}).get("weight"), p.get("weight")
+    move = ""
+    if isinstance(before, int | float) and isinstance(after, int | float):
+        # a hold keeps the weight: say where it stays, not "25% -> 25%"
+        move = f"weight {after:g}%" if before == after else f"weight {before:g}% -> {after:g}%"
     checks = (p.get("evidence") or {}).get("checks") or []
     off = [f"{c['name']}={c['verdict']}" for c in checks if c.get("verdict") != "pass"]
     reason = str(p.get("reason") or "")

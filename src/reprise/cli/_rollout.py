@@ -124,9 +124,26 @@ def _show_status(info: dict[str, Any]) -> None:
                      [[c["name"], c["verdict"], c["message"]] for c in info["checks"]],
                      title="checks", keep=("check", "verdict"))
     render.table(["#", "time", "decision", "weight", "by", "reason"],
-                 [[d["seq"], render.timestamp(d["time"]), d["action"].removeprefix("rollout."),
-                   "-" if d["weight"] is None else f"{d['weight']:g}%", d["actor"],
-                   d["reason"] or "-"] for d in info["decisions"]], title="decisions")
+                 _decision_rows(info["decisions"]), title="decisions")
+
+
+def _decision_rows(decisions: list[dict[str, Any]]) -> list[list[Any]]:
+    """One row per decision, except that holds in a row waiting for data are one row
+    (the numbers of the first and the last, the last one's count): a step that gathers
+    its sample slowly holds once per interval, and `--json` and the audit log keep each."""
+    rows: list[list[Any]] = []
+    waits = 0
+    for d in decisions:
+        reason = d["reason"] or "-"
+        waiting = d["action"] == "rollout.hold" and reason.startswith("insufficient data")
+        waits = waits + 1 if waiting else 0
+        seq = str(d["seq"])
+        if waits > 1:  # replaces the row of the same wait above, keeping its first number
+            seq = f"{rows.pop()[0].split('-')[0]}-{seq}"
+            reason = f"{waits} holds, the last: {reason}"
+        rows.append([seq, render.timestamp(d["time"]), d["action"].removeprefix("rollout."),
+                     "-" if d["weight"] is None else f"{d['weight']:g}%", d["actor"], reason])
+    return rows
 
 
 def _pct(x: float | None) -> str:

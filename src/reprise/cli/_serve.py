@@ -58,6 +58,37 @@ def serve(
     shadow_queue: Annotated[int, typer.Option(
         help="Request copies waiting for a shadowed candidate; more are dropped and "
              "counted.")] = 1000,
+    no_request_log: Annotated[bool, typer.Option(
+        "--no-request-log", help="Do not log requests (by default a sample of answered "
+        "predictions goes to the workspace's request log).")] = False,
+    log_sample: Annotated[float, typer.Option(
+        help="Share of requests logged, 0..1.")] = 0.1,
+    log_cap: Annotated[int, typer.Option(
+        help="At most this many requests logged per second.")] = 100,
+    log_exclude: Annotated[list[str] | None, typer.Option(
+        metavar="COL", help="An input or output column never logged, e.g. PII (repeat).")
+    ] = None,
+    log_buffer: Annotated[int, typer.Option(
+        help="Rows of the request log waiting to be written; beyond, records are dropped "
+             "and counted.")] = 50_000,
+    log_flush_s: Annotated[float, typer.Option(
+        help="Seconds between writes of the request log.")] = 10.0,
+    log_max_age_days: Annotated[float, typer.Option(
+        help="Remove request-log chunks older than this (0: keep).")] = 30.0,
+    log_max_mb: Annotated[float, typer.Option(
+        help="Then the oldest beyond this size per model (0: no limit).")] = 1024.0,
+    slo_availability: Annotated[float, typer.Option(
+        help="Availability objective of models without a running rollout (whose policy "
+             "gives its own): /metrics shows its burn rates and alerts.")] = 0.999,
+    slo_latency_ms: Annotated[float | None, typer.Option(
+        help="Latency objective: requests slower than this spend its budget (default: "
+             "none).")] = None,
+    slo_latency_target: Annotated[float, typer.Option(
+        help="The share of requests that must be faster than --slo-latency-ms.")] = 0.99,
+    otel: Annotated[bool, typer.Option(
+        "--otel", help="Export OpenTelemetry spans of prediction requests, configured by "
+                       "the OTEL_* environment variables (pip install 'reprise-ml[otel]').")
+    ] = False,
 ) -> None:
     """Serve registered models: Reprise's JSON API, the Open Inference Protocol (KServe V2),
     health probes and Prometheus metrics. A bearer token is required when
@@ -72,4 +103,10 @@ def serve(
                   body_timeout=body_timeout, max_connections=max_connections,
                   allowed_host=allowed_host or [], allowed_origin=allowed_origin or [],
                   access_log=access_log, log_level=log_level, key_header=key_header,
-                  key_column=key_column, shadow_queue=shadow_queue)
+                  key_column=key_column, shadow_queue=shadow_queue,
+                  no_request_log=no_request_log, log_sample=log_sample, log_cap=log_cap,
+                  log_exclude=log_exclude or [], log_buffer=log_buffer,
+                  log_flush_s=log_flush_s,
+                  log_max_age_days=log_max_age_days, log_max_mb=log_max_mb,
+                  slo_availability=slo_availability, slo_latency_ms=slo_latency_ms,
+                  slo_latency_target=slo_latency_target, otel=otel)

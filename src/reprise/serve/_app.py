@@ -19,13 +19,17 @@ __all__ = ["create_app"]
 
 
 def create_app(source: ModelSource, refs: list[str], *, settings: Settings | None = None,
-               ) -> FastAPI:
+               tracer_provider: Any = None) -> FastAPI:
     """A FastAPI app serving ``refs`` (``NAME@ALIAS``, ``NAME:VERSION`` or ``NAME``).
 
     At start-up (the ASGI lifespan) it resolves and loads every ref, warms each model up
     with its example input, and only then reports ready (``/readyz``,
     ``/v2/health/ready``); references that can move are polled every
     ``settings.poll_interval`` seconds and swapped without dropping a request.
+
+    Prediction requests are traced with OpenTelemetry through ``tracer_provider``, or,
+    with ``settings.otel``, through one configured by the ``OTEL_*`` environment
+    variables (the ``otel`` extra).
 
     Example:
         >>> app = create_app(source, ["churn@production"])  # doctest: +SKIP
@@ -40,12 +44,20 @@ def create_app(source: ModelSource, refs: list[str], *, settings: Settings | Non
     from reprise.serve._openapi import hot_paths
 
     state = ServerState(source, refs, settings or Settings())
+    if tracer_provider is not None or state.settings.otel:
+        from reprise.serve._tracing import Tracing, tracer_provider_from_env
+
+        state.tracing = Tracing(tracer_provider) if tracer_provider is not None else \
+            Tracing(tracer_provider_from_env(), owned=True)
     app = FastAPI(title="Reprise model server", version=__version__,
                           lifespan=state.lifespan, redoc_url=None)
     app.state.reprise = state
     _error_bodies(app)
     _health_routes(app, state)
     _oip_routes(app, state)
+    from reprise.serve._feedback import add_feedback_route
+
+    add_feedback_route(app, state)
     app.add_middleware(HotPath, state=state)
     if state.settings.allowed_origins:  # outermost: answers CORS preflights itself
         from starlette.middleware.cors import CORSMiddleware
@@ -56,7 +68,7 @@ def create_app(source: ModelSource, refs: list[str], *, settings: Settings | Non
                                           "inference-header-content-length",
                                           *([state.settings.key_header]
                                             if state.settings.key_header else [])],
-                           expose_headers=["x-reprise-model-version"])
+                           expose_headers=["x-reprise-model-version", "x-request-id"])
     default_openapi = app.openapi
 
     def openapi() -> dict[str, Any]:

@@ -69,11 +69,14 @@ class Result:
 
     ``kinds`` and ``row_shapes`` describe the batch's output arrays (numpy dtype string
     and per-row shape) where the model returned arrays; shared by a batch's callers.
+    ``call`` is when the call that computed it started and ended (``time.perf_counter``;
+    the conversion of the batch's inputs included): the queue wait and model call spans.
     """
 
     outputs: dict[str, list[Any]]
     kinds: dict[str, str]
     row_shapes: dict[str, tuple[int, ...]]
+    call: tuple[float, float] = (0.0, 0.0)
 
 
 @dataclass(slots=True)
@@ -291,11 +294,13 @@ class Batcher:
 
     def _predict_batch(self, batch: list[_Item]) -> list[Result]:
         rows = sum(item.rows for item in batch)
+        started = time.perf_counter()
         outputs = self._predict(self._merge(batch))
+        call = (started, time.perf_counter())
         if not isinstance(outputs, Mapping):
             raise TypeError(f"predict returned a {type(outputs).__name__}, not a mapping of "
                             "output columns")
-        return _split(outputs, batch, rows)
+        return _split(outputs, batch, rows, call)
 
     def _merge(self, batch: list[_Item]) -> dict[str, Any]:
         """One column per input across the batch, converted to arrays once."""
@@ -319,7 +324,8 @@ def _average(average: float | None, sample: float) -> float:
     return sample if average is None else (1 - _EWMA) * average + _EWMA * sample
 
 
-def _split(outputs: Mapping[str, Any], batch: list[_Item], rows: int) -> list[Result]:
+def _split(outputs: Mapping[str, Any], batch: list[_Item], rows: int,
+           call: tuple[float, float]) -> list[Result]:
     """Each caller's slice of every output column, as plain lists."""
     lists: dict[str, list[Any]] = {}
     kinds: dict[str, str] = {}
@@ -339,6 +345,7 @@ def _split(outputs: Mapping[str, Any], batch: list[_Item], rows: int) -> list[Re
     results, start = [], 0
     for item in batch:
         end = start + item.rows
-        results.append(Result({n: v[start:end] for n, v in lists.items()}, kinds, shapes))
+        results.append(Result({n: v[start:end] for n, v in lists.items()}, kinds, shapes,
+                              call))
         start = end
     return results

@@ -31,6 +31,7 @@ from reprise.serve._http import (
     Scope,
     Send,
     dumps,
+    header,
     parse_json,
     read_body,
     send_bytes,
@@ -38,8 +39,10 @@ from reprise.serve._http import (
 from reprise.serve._metrics import UNKNOWN
 from reprise.serve._models import ServedModel
 from reprise.serve._oip import check_infer, infer_answer
+from reprise.serve._reqlog import REQUEST_ID_HEADER
 from reprise.serve._router import Split
 from reprise.serve._server import ServerState
+from reprise.serve._tracing import TRACEPARENT, continue_trace
 from reprise.serve._v1 import check_v1, v1_answer
 
 __all__ = ["OPEN_PATHS", "VERSION_HEADER", "HotPath"]
@@ -103,6 +106,7 @@ class HotPath:
 
     def __init__(self, app: Any, state: ServerState) -> None:
         self.app, self.state = app, state
+        self.tracing = state.tracing
         self._gate = Gate(state.settings, state.token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -132,17 +136,24 @@ class HotPath:
         result: Result | None = None
         job: _Job | None = None
         kind: str | None = None
+        checking = queued = 0.0  # when the check began, when the request was queued
         headers: list[tuple[bytes, bytes]] = []
         content_type = b"application/json"
+        log = self.state.request_log
+        request_id: str | None = None
         try:
             check_body_type(scope)
+            if log is not None:  # the client's x-request-id (checked), or a new one
+                request_id = log.request_id(scope)
             body = await self._read(scope, receive)
             model = self.state.table.lookup(name, version)
             if version is None:  # a pinned version never takes part in a rollout
                 split = self.state.table.split_of(name)
             offload = len(body) > _INLINE_BYTES
+            checking = time.perf_counter()
             job = await self._cpu(offload, self._check, oip, model, scope, body, split)
             model = job.model
+            queued = time.perf_counter()
             result = await _run(model, job.checked.columns, job.checked.rows)
             data, headers, content_type = await self._cpu(offload, _answer, job, result)
             status = 200
@@ -154,8 +165,21 @@ class HotPath:
         except Exception as exc:  # a bug of ours: answer, log, keep serving
             error = _internal(exc)
             status, data, kind = 500, dumps(error.body(oip=oip)), error.kind
+        incoming = header(scope, TRACEPARENT)
+        span: Any = None
+        offset = 0
+        if self.tracing is not None:
+            span, offset = self.tracing.start(_span_name(oip, version), start, incoming,
+                                              _span_attributes(scope, model),
+                                              header(scope, b"tracestate"))
+            headers = [*headers, (TRACEPARENT, self.tracing.traceparent(span, incoming))]
+        elif incoming is not None:
+            headers = [*headers, (TRACEPARENT, continue_trace(incoming))]
+
         if model is not None:  # every answer names the version that computed it
             headers = [*headers, (VERSION_HEADER, str(model.version).encode())]
+        if request_id is not None:
+            headers = [*headers, (REQUEST_ID_HEADER, request_id.encode())]
         await send_bytes(send, status, data, headers, content_type)
         seconds = time.perf_counter() - start
         if model is not None:
@@ -163,11 +187,45 @@ class HotPath:
         else:
             labels = (name if name in self.state.table.default_ref else UNKNOWN, "")
         self.state.metrics.request(*labels, status, seconds, kind)
+        if request_id is not None and result is not None and job is not None and status == 200:
+            assert log is not None
+            log.offer(job.model.name, job.model.version, request_id, seconds,
+                      job.checked.columns, job.checked.rows, result.outputs)
         if split is not None and model is not None:
             split.record(model, status, seconds, result)
             if split.shadow is not None and result is not None and job is not None \
                     and model is split.stable:
                 split.shadow.offer(job.checked.columns, job.checked.rows, result)
+
+        if model is not None and (result is not None or not 400 <= status < 500):
+            self._observe(model, split, status, start + seconds, seconds, result)
+        if span is not None:
+            self._spans(span, offset, checking, queued, result, start + seconds, status, kind)
+
+    def _observe(self, model: ServedModel, split: Split | None, status: int, end: float,
+                 seconds: float, result: Result | None) -> None:
+        """The SLO windows and a rollout's per-version series count what the rollout
+        analysis counts (``Split.record``): any answer but a client's 4xx, which is an
+        error when a 5xx or refused after the model ran (a non-finite output)."""
+        error = status != 200 or result is None
+        self.state.slo.record(model.name, end, error=error, seconds=seconds)
+        if split is not None and (model is split.stable or model is split.candidate):
+            self.state.metrics.rollout_request(
+                split.rollout.id, model.name, model.version,
+                "stable" if model is split.stable else "candidate", "live", error=error,
+                seconds=seconds)
+
+    def _spans(self, span: Any, offset: int, checking: float, queued: float,
+               result: Result | None, end: float, status: int, kind: str | None) -> None:
+        """The request's child spans, from the times measured on its way."""
+        tracing = self.tracing
+        assert tracing is not None
+        if checking:
+            tracing.child(span, "validate", checking, queued or end, offset)
+        if result is not None and result.call[0]:
+            tracing.child(span, "queue", queued, result.call[0], offset)
+            tracing.child(span, "predict", result.call[0], result.call[1], offset)
+        tracing.finish(span, end, offset, status, kind)
 
     async def _read(self, scope: Scope, receive: Receive) -> bytes:
         settings = self.state.settings
@@ -210,6 +268,21 @@ class HotPath:
                             kind="invalid", fields=[e.to_dict() for e in checked.errors])
         check_inputs(model, checked.columns)
         return job
+
+
+def _span_name(oip: bool, version: str | None) -> str:
+    """The request span's name: the route template (HTTP semantic conventions)."""
+    versions = "/versions/{version}" if version is not None else ""
+    return f"POST /v2/models/{{name}}{versions}/infer" if oip else \
+        f"POST /v1/models/{{name}}{versions}/predict"
+
+
+def _span_attributes(scope: Scope, model: ServedModel | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"http.request.method": "POST", "url.path": scope["path"][:200]}
+    if model is not None:
+        out["reprise.model.name"] = model.name
+        out["reprise.model.version"] = model.version
+    return out
 
 
 def _answer(job: _Job, result: Result) -> tuple[bytes, list[tuple[bytes, bytes]], bytes]:

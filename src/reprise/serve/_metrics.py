@@ -6,11 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from reprise.core._rollout_types import LATENCY_BOUNDS_MS
+
 __all__ = ["Metrics"]
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                     2.5, 5.0)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+# the rollout series use the analysis' own latency bounds, so both show the same quantiles
+_LATENCY_BOUNDS_S = tuple(ms / 1000 for ms in LATENCY_BOUNDS_MS)
 UNKNOWN = "_unknown"  # the model label of requests for names this server does not serve
 
 
@@ -54,7 +58,18 @@ class Metrics:
                                "candidate, by outcome: compared, agreed, failed, or dropped "
                                "(the shadow queue was full or the candidate shed it).",
                                [*mv, "outcome"], registry=r)
+        rv = [*mv, "rollout", "role", "mode"]
+        self._r_requests = Counter("reprise_rollout_requests", "Answers of each version of a "
+                                   "running rollout as its analysis counts them, by role "
+                                   "(stable, candidate) and mode (live traffic, or shadow "
+                                   "copies).", rv, registry=r)
+        self._r_errors = Counter("reprise_rollout_errors", "Of those, the errors (5xx, a "
+                                 "model exception, a non-finite output).", rv, registry=r)
+        self._r_latency = Histogram("reprise_rollout_request_duration_seconds", "Their "
+                                    "latency.", rv, buckets=_LATENCY_BOUNDS_S, registry=r)
         self._children: dict[tuple[Any, ...], Any] = {}
+        # (rollout, version, mode) -> (labels, requests, errors, latency children)
+        self._rollouts: dict[tuple[str, int, str], tuple[tuple[str, ...], Any, Any, Any]] = {}
 
     def _child(self, metric: Any, *labels: str) -> Any:
         key = (id(metric), *labels)
@@ -93,14 +108,32 @@ class Metrics:
         """The share (percent) of live traffic ``version`` gets in ``rollout``."""
         self._child(self._weight, model, version, rollout).set(weight)
 
+    def rollout_request(self, rollout: str, model: str, version: int, role: str, mode: str,
+                        *, error: bool, seconds: float) -> None:
+        """Count one answer of ``version`` in ``rollout`` (``mode``: live or shadow)."""
+        series = self._rollouts.get((rollout, version, mode))
+        if series is None:
+            labels = (model, str(version), rollout, role, mode)
+            series = self._rollouts[(rollout, version, mode)] = (
+                labels, self._r_requests.labels(*labels), self._r_errors.labels(*labels),
+                self._r_latency.labels(*labels))
+        series[1].inc()
+        if error:
+            series[2].inc()
+        series[3].observe(seconds)
+
     def rollout_ended(self, model: str, rollout: str, versions: tuple[str, ...]) -> None:
-        """Drop a finished rollout's weight series."""
+        """Drop a finished rollout's series (a server runs many rollouts in its life)."""
         for version in versions:
             self._children.pop((id(self._weight), model, version, rollout), None)
             try:
                 self._weight.remove(model, version, rollout)
             except KeyError:
                 pass
+        for key in [k for k in self._rollouts if k[0] == rollout]:
+            labels = self._rollouts.pop(key)[0]
+            for metric in (self._r_requests, self._r_errors, self._r_latency):
+                metric.remove(*labels)
 
     def shadow_copy(self, model: str, version: str, outcome: str, n: int = 1) -> None:
         self._child(self._shadow, model, version, outcome).inc(n)

@@ -448,6 +448,8 @@ class Shadow:
                            outputs=Counter(keys))
         compared = agreed = i = 0
         for copy in batch:
+            self.metrics.rollout_request(split.rollout.id, cand.name, cand.version,
+                                         "candidate", "shadow", error=False, seconds=seconds)
             stable = split.output_keys(copy.stable.outputs)
             if stable:
                 compared += 1
@@ -512,10 +514,14 @@ class Shadow:
             if not isinstance(answer, Result):  # raised, or answered NaN or infinity
                 failed += 1
                 split.outcomes.request(rollout, cand.version, error=True, seconds=seconds)
+                self.metrics.rollout_request(rollout.id, cand.name, cand.version, "candidate",
+                                             "shadow", error=True, seconds=seconds)
                 continue
             keys = keys_of(answer.outputs)
             split.outcomes.request(rollout, cand.version, error=False, seconds=seconds,
                                    outputs=keys)
+            self.metrics.rollout_request(rollout.id, cand.name, cand.version, "candidate",
+                                         "shadow", error=False, seconds=seconds)
             stable = keys_of(copy.stable.outputs)
             if stable:
                 compared += 1

@@ -11,16 +11,21 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any
 
+from reprise.core.errors import UserError
 from reprise.registry import ModelSource
 from reprise.serve._metrics import Metrics
 from reprise.serve._models import ModelTable, ServedModel, is_pinned, name_of
+from reprise.serve._policy import Policy
 from reprise.serve._rollout_server import RolloutController
 from reprise.serve._settings import Settings
+from reprise.serve._slo import SloBook
+from reprise.serve._tracing import Tracing
 
 __all__ = ["ServerState"]
 
@@ -48,6 +53,9 @@ class ServerState:
         self.source, self.settings = source, settings
         self.table = ModelTable(refs)
         self.metrics = Metrics()
+        self.slo = SloBook(self.table.default_ref, self.objectives, time.perf_counter)
+        self.metrics.registry.register(self.slo)
+        self.tracing: Tracing | None = None  # set by create_app (--otel)
         self.cpu = ThreadPoolExecutor(_CPU_THREADS, thread_name_prefix="reprise-request")
         self.token = settings.resolved_token()
         self.failed: str | None = None
@@ -59,10 +67,23 @@ class ServerState:
         self._unresolved: set[str] = set()  # refs whose last resolve failed
         workspace = getattr(source, "workspace", None)  # the registry's: rollouts live there
         self.rollouts = RolloutController(self, workspace) if workspace is not None else None
+        from reprise.serve._reqlog import create_request_logger
+
+        self.request_log = create_request_logger(settings, workspace, self.metrics.registry)
 
     @property
     def ready(self) -> bool:
         return self.table.complete and self.failed is None and not self.stopping
+
+    def objectives(self, name: str) -> Policy:
+        """The SLOs of model ``name`` now: its running rollout's policy, else the server's."""
+        split = self.table.splits.get(self.table.default_ref.get(name, ""))
+        if split is not None:
+            try:
+                return Policy.from_dict(split.rollout.policy, source=f"rollout {split.rollout.id}")
+            except UserError:  # stored by another release, say: the server's objectives
+                pass
+        return self.settings.slo_policy()
 
     @asynccontextmanager
     async def lifespan(self, app: Any) -> AsyncIterator[None]:
@@ -103,6 +124,8 @@ class ServerState:
                 self._spawn(self._follow(ref))
         if self.rollouts is not None:
             self._spawn(self.rollouts.flusher())
+        if self.request_log is not None:
+            self._spawn(self.request_log.run())
 
     async def _load(self, name: str, version: int) -> ServedModel:
         servable = await asyncio.to_thread(self.source.load, name, version)
@@ -179,7 +202,11 @@ class ServerState:
             await self.rollouts.close()
         for model in models:
             model.batcher.close()
+        if self.request_log is not None:  # after the drain: every answer given is logged
+            await self.request_log.close(max(1.0, self.settings.drain_timeout))
         self.cpu.shutdown(wait=False)
+        if self.tracing is not None:  # flushes the spans still queued for export
+            await asyncio.to_thread(self.tracing.shutdown)
 
 
 def _freeze_heap() -> None:

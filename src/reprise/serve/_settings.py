@@ -8,8 +8,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
-from reprise.core.errors import ConfigError
+from reprise.core.errors import ConfigError, UserError
+
+if TYPE_CHECKING:
+    from reprise.serve._policy import Policy
 
 __all__ = ["TOKEN_ENV", "ModelSettings", "ResolvedSettings", "Settings"]
 
@@ -74,6 +78,25 @@ class Settings:
             they are dropped and counted, never slowing an answer.
         server_name: this server's name in the rollouts' outcome buckets and decision
             lease; default ``HOST:PID:RANDOM``.
+        request_log: log a sample of answered predictions (inputs, outputs, version,
+            latency, request id, time) into the workspace (``_reqlog.py``).
+        log_sample: the share of requests logged, 0..1.
+        log_cap: at most this many requests logged in any one second.
+        log_exclude: input or output columns never logged (PII).
+        log_buffer: rows waiting to be written; beyond this, records are dropped and
+            counted, never slowing an answer.
+        log_flush_rows: write as soon as this many rows wait...
+        log_flush_s: ...or every this many seconds.
+        log_max_age_days: chunks of the served models older than this are removed
+            (checked after a flush, at most every five minutes); ``None``: kept.
+        log_max_mb: then the oldest chunks beyond this size per model; ``None``: kept.
+        slo_availability: the availability objective of every model without a running
+            rollout (a rollout's policy gives its own): the share of requests answered
+            without a server error; ``/metrics`` shows its burn rates and alerts.
+        slo_latency_ms: the latency objective's threshold (``None``: no latency objective).
+        slo_latency_target: the share of requests that must be faster than that.
+        otel: export OpenTelemetry spans of prediction requests, configured by the SDK's
+            ``OTEL_*`` environment variables (the ``otel`` extra).
         models: per-model-name overrides.
 
     Example:
@@ -101,6 +124,19 @@ class Settings:
     key_column: str | None = None
     shadow_queue: int = 1000
     server_name: str | None = None
+    request_log: bool = True
+    log_sample: float = 0.1
+    log_cap: int = 100
+    log_exclude: tuple[str, ...] = ()
+    log_buffer: int = 50_000
+    log_flush_rows: int = 10_000
+    log_flush_s: float = 10.0
+    log_max_age_days: float | None = 30.0
+    log_max_mb: float | None = 1024.0
+    slo_availability: float = 0.999
+    slo_latency_ms: float | None = None
+    slo_latency_target: float = 0.99
+    otel: bool = False
     models: Mapping[str, ModelSettings] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -113,6 +149,8 @@ class Settings:
             raise ConfigError(f"max_body_bytes must be 1 or more; got {self.max_body_bytes}")
         _check_http(self)
         _check_rollouts(self)
+        _check_request_log(self)
+        self.slo_policy()  # checks the objectives as a policy file's slo section is checked
         if self.poll_interval <= 0 or self.drain_timeout < 0:
             raise ConfigError("poll_interval must be positive and drain_timeout not negative; "
                               f"got {self.poll_interval} and {self.drain_timeout}")
@@ -126,6 +164,18 @@ class Settings:
             return base
         changes = {k: v for k, v in vars(over).items() if v is not None}
         return replace(base, **changes)
+
+    def slo_policy(self) -> Policy:
+        """The objectives of models without a running rollout, as a policy."""
+        from reprise.serve._policy import load_policy
+
+        try:
+            return load_policy({"slo": {"availability": self.slo_availability,
+                                        "latency_ms": self.slo_latency_ms,
+                                        "latency_target": self.slo_latency_target}},
+                               source="the server's SLO settings")
+        except UserError as exc:
+            raise ConfigError(str(exc)) from None
 
     def resolved_token(self) -> str | None:
         """The token in force: ``token``, else ``REPRISE_SERVE_TOKEN``; ``None`` when empty."""
@@ -160,6 +210,25 @@ def _check_rollouts(s: Settings) -> None:
         raise ConfigError("key_column must be an input column's name; got an empty string")
     if s.shadow_queue < 1:
         raise ConfigError(f"shadow_queue must be 1 or more; got {s.shadow_queue}")
+
+
+def _check_request_log(s: Settings) -> None:
+    if not 0.0 <= s.log_sample <= 1.0:
+        raise ConfigError(f"log_sample must be a share between 0 and 1 (0.1 logs 10 % of "
+                          f"requests); got {s.log_sample}")
+    for name in ("log_cap", "log_buffer", "log_flush_rows"):
+        if getattr(s, name) < 1:
+            raise ConfigError(f"{name} must be 1 or more; got {getattr(s, name)}")
+    if not s.log_flush_s > 0:
+        raise ConfigError(f"log_flush_s must be a positive number of seconds; "
+                          f"got {s.log_flush_s}")
+    for name in ("log_max_age_days", "log_max_mb"):
+        value = getattr(s, name)
+        if value is not None and not value > 0:
+            raise ConfigError(f"{name} must be positive (or None: no limit); got {value}")
+    if any(not c for c in s.log_exclude):
+        raise ConfigError("log_exclude names columns; got an empty name")
+    object.__setattr__(s, "log_exclude", tuple(s.log_exclude))
 
 
 def _check_model(batch: int | None, wait: float | None, budget: float | None,

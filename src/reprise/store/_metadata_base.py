@@ -6,6 +6,7 @@ import abc
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from reprise.core._reqlog_types import RequestChunk
 from reprise.core._rollout_types import BucketRow, RolloutRecord
 from reprise.core._types import (
     ArtifactRecord,
@@ -345,6 +346,39 @@ class BaseMetadataStore(abc.ABC):
     @abc.abstractmethod
     def lease_holder(self, key: str, now: float) -> str | None:
         """Who holds ``key`` at ``now`` (None when it is free or expired)."""
+
+    # -- request log and feedback -----------------------------------------------------
+    # A chunk row is written only after its Parquet blob is complete in the artifact
+    # store, in the transaction that records the blob, so an indexed chunk is whole.
+
+    @abc.abstractmethod
+    def add_request_chunk(self, chunk: RequestChunk, artifact: ArtifactRecord) -> None:
+        """Record ``artifact`` (a complete blob; kept if recorded already) and index
+        ``chunk`` (a new, unique id) in one transaction."""
+
+    @abc.abstractmethod
+    def list_request_chunks(self, name: str | None = None, *, version: int | None = None,
+                            start: float | None = None, end: float | None = None,
+                            ) -> list[RequestChunk]:
+        """Chunks (of ``name``, ``version``) holding answers in ``[start, end]`` (a chunk
+        overlaps the range), oldest first."""
+
+    @abc.abstractmethod
+    def delete_request_chunks(self, chunk_ids: Sequence[str]) -> list[str]:
+        """Remove these chunk rows; return the blob hashes no remaining chunk names (the
+        caller deletes the blobs, after the rows, as ``gc`` does)."""
+
+    @abc.abstractmethod
+    def add_feedback(self, name: str, items: Sequence[tuple[str, str]],
+                     received_at: float) -> int:
+        """Store ``(request id, label as JSON)`` pairs of model ``name``; a label sent again
+        for the same request id replaces the stored one. Returns how many were stored."""
+
+    @abc.abstractmethod
+    def get_feedback(self, name: str, request_ids: Sequence[str] | None = None,
+                     ) -> dict[str, tuple[str, float]]:
+        """``request id -> (label as JSON, received at)`` of model ``name`` (only
+        ``request_ids`` when given)."""
 
     def close(self) -> None:
         """Release connections."""

@@ -298,3 +298,32 @@ leases = Table(
     Column("holder", String(255), nullable=False),
     Column("expires_at", Float, nullable=False),
 )
+
+# --- revision 0007: the request log (chunks of logged requests) and feedback ------------
+
+request_log = Table(
+    "request_log",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("name", NAME, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("server", String(255), nullable=False),
+    Column("first_at", Float, nullable=False),
+    Column("last_at", Float, nullable=False),
+    Column("requests", BigInteger, nullable=False),
+    Column("rows", BigInteger, nullable=False),
+    Column("artifact_hash", HASH, ForeignKey("artifacts.hash"), nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Index("ix_request_log_name_time", "name", "first_at"),
+    Index("ix_request_log_created", "created_at"),
+)
+
+feedback = Table(
+    "feedback",
+    metadata,
+    Column("name", NAME, primary_key=True),
+    Column("request_id", String(128), primary_key=True),
+    Column("label", Text, nullable=False),  # JSON: a string, number or boolean
+    Column("received_at", Float, nullable=False),
+)
