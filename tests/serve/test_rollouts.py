@@ -229,6 +229,38 @@ class TestDecisions:
         assert {c["verdict"] for c in step["evidence"]["checks"]} == {"pass"}
         assert verify_audit(workspace=ws).ok
 
+    def test_an_analysis_reads_only_the_current_windows_buckets(
+            self, ws: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        rec = start_rollout("churn", 2, steps=[10, 50, 100], interval="60s", workspace=ws)
+        t = rec.created_at
+        feed(ws, rec, 1, t + 20, 2000)
+        feed(ws, rec, 2, t + 20, 300)
+        assert analyze_once("churn", now=t + 61, workspace=ws).action == "step"
+        rec = ws.metadata.get_rollout(rec.id)
+        feed(ws, rec, 1, t + 90, 900, errors=9)
+        feed(ws, rec, 2, t + 90, 600)
+        reads: list[tuple[int, int, tuple[int, ...] | None]] = []
+        window_buckets = ws.metadata.window_buckets
+
+        def spy(rid: str, first: int, last: int, versions: Any = None) -> Any:
+            reads.append((first, last, None if versions is None else tuple(versions)))
+            return window_buckets(rid, first, last, versions=versions)
+        monkeypatch.setattr(ws.metadata, "window_buckets", spy)
+        d = analyze_once("churn", now=t + 125, workspace=ws)
+        b = bucket_seconds(rec.interval_s)
+        step = bucket_of(rec.step_started_at, b)
+        assert reads == [(step, bucket_of(t + 125, b), (1, 2))]  # not from the start
+        versions = d.evidence["versions"]
+        assert (versions["stable"]["requests"], versions["candidate"]["requests"]) == (900, 600)
+        assert d.evidence["window"]["stable_since"] == rec.step_started_at
+        # at 100 % the stable version answers nothing now: its baseline is the whole rollout
+        assert d.action == "step" and d.changes["weight"] == 100.0
+        reads.clear()
+        analyze_once("churn", now=t + 130, workspace=ws)
+        rec = ws.metadata.get_rollout(rec.id)
+        assert reads == [(bucket_of(t, b), bucket_of(t + 130, b), (1,)),
+                         (bucket_of(rec.step_started_at, b), bucket_of(t + 130, b), (2,))]
+
     def test_a_failing_candidate_is_rolled_back_and_the_alias_stays(self, ws: Any) -> None:
         rec = start_rollout("churn", 2, interval="60s", workspace=ws)
         t = rec.created_at
@@ -343,6 +375,25 @@ class TestByHand:
         ended = rollout_status("churn", workspace=ws)
         assert ended["rollout"]["state"] == "aborted" and ended["next"] is None
         assert [d["action"] for d in ended["decisions"]] == ["rollout.start", "rollout.abort"]
+
+    def test_status_reads_only_this_rollouts_events(self, ws: Any,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+        first = start_rollout("churn", 2, alias="production", workspace=ws)
+        abort_rollout("churn", workspace=ws)
+        promote("churn", 2, "staging", workspace=ws)
+        start_rollout("churn", 1, alias="staging", force=True, reason="t", workspace=ws)
+        rec = start_rollout("churn", 2, workspace=ws)
+        abort_rollout("churn", "again", alias="production", workspace=ws)
+
+        def whole_log() -> None:
+            raise AssertionError("rollout status read the whole audit log")
+        monkeypatch.setattr(ws.metadata, "list_audit_events", whole_log)
+        s = rollout_status("churn", alias="production", workspace=ws)
+        assert s["rollout"]["id"] == rec.id != first.id
+        assert [d["action"] for d in s["decisions"]] == ["rollout.start", "rollout.abort"]
+        assert s["decisions"][-1]["reason"] == "again"
+        assert [e.action for e in ws.metadata.rollout_events(first.id, first.ref)] == [
+            "rollout.start", "rollout.abort"]
 
     def test_tampering_with_a_rollout_event_is_detected(self, ws: Any) -> None:
         import sqlalchemy as sa

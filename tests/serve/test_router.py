@@ -6,6 +6,7 @@ a pinned version still pinned, an abort sending everything back to the stable ve
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from reprise.serve._router import (
     SLOTS,
     Outcomes,
     Shadow,
+    ShadowGate,
     Split,
     output_keys,
     payload_key,
@@ -165,19 +167,93 @@ def test_the_shadow_drops_and_counts_when_its_queue_is_full() -> None:
         for _ in range(20):
             shadow.offer(cols, 1, answer)
         assert time.perf_counter() - start < 0.05  # offering never waits for the candidate
-        await wait_until(lambda: slow.batcher.depth == 0 and not shadow._queue.qsize(), 5)
+        await wait_until(lambda: slow.batcher.depth == 0 and not shadow._queue, 5)
         await asyncio.sleep(0.35)
         await shadow.close()
         return outcomes.take(), shadow
     rows, shadow = run(main())
     dropped = sum(r.shadow_dropped for r in rows)
     compared = sum(r.shadow_compared for r in rows)
-    assert dropped == shadow.dropped and dropped >= 20 - 3 - 3  # 3 queued, 3 workers busy
+    assert dropped == shadow.dropped and dropped == 20 - 3  # 3 queued, the rest dropped
     assert compared == 20 - dropped and sum(r.requests for r in rows) == compared
     # the label (the output compared) is the same for both versions; their scores differ
     assert sum(r.shadow_agreed for r in rows) == compared
     assert {k for r in rows for k in r.outputs} == {"high"}
 
+
+
+def test_the_shadow_gate_yields_to_the_stable_version_and_caps_its_share() -> None:
+    gate = ShadowGate(share=0.05, burst_s=0.02, now=100.0)
+    assert gate.wait(100.0, stable_busy=False) == 0.0
+    assert gate.wait(100.0, stable_busy=True) == math.inf  # live traffic first
+    gate.spend(0.07, 100.0)  # a batch that cost 70 ms: 50 ms in debt
+    assert gate.wait(100.0, stable_busy=False) == pytest.approx(1.0, abs=1e-3)
+    assert gate.wait(100.5, stable_busy=False) == pytest.approx(0.5, abs=1e-3)
+    assert gate.wait(101.001, stable_busy=False) == 0.0
+    gate.spend(0.0, 1000.0)  # an idle hour saves no more than one burst
+    gate.spend(0.021, 1000.0)
+    assert gate.wait(1000.0, stable_busy=False) > 0
+    # over a long stretch of back-to-back batches the shadow gets about its share
+    gate, now, spent = ShadowGate(share=0.05, burst_s=0.02, now=0.0), 0.0, 0.0
+    while now < 100.0:
+        now += gate.wait(now, stable_busy=False)
+        gate.spend(0.004, now)
+        spent += 0.004
+    assert spent / now == pytest.approx(0.05, rel=0.05)
+    # a batch holds as many rows as one burst pays for, at least one
+    assert gate.batch_rows(None, 256) == 256
+    assert gate.batch_rows(0.001, 256) == 20
+    assert gate.batch_rows(1.0, 256) == 1
+    with pytest.raises(ValueError, match="share"):
+        ShadowGate(share=0.0)
+
+
+def test_a_shadow_waits_for_the_gate_and_counts_what_it_dropped_meanwhile() -> None:
+    async def main() -> tuple[list[Any], Shadow, FakeModel]:
+        stable, cand = _served(1), _served(2)
+        outcomes = Outcomes("s1")
+        clock = [0.0]
+        gate = ShadowGate(share=0.1, burst_s=0.01, now=0.0)
+        gate.spend(1.0, 0.0)  # in debt for 10 s of the injected clock
+        shadow = Shadow(Split(_rollout(0.0, phase="shadow"), stable, cand, outcomes),
+                        Metrics(), capacity=5, gate=gate, clock=lambda: clock[0])
+        cols = {"x": [1.0], "y": [60], "plan": ["gold"]}
+        answer = await stable.batcher.submit(cols, 1)
+        for _ in range(12):
+            shadow.offer(cols, 1, answer)
+        await asyncio.sleep(0.3)  # the worker sleeps on the gate: nothing reaches v2
+        assert cand.servable.batches == [] and shadow.dropped == 7
+        clock[0] = 11.0  # the debt is paid
+        await wait_until(lambda: sum(r.shadow_compared for r in outcomes._rows.values()), 15)
+        await shadow.close()
+        return outcomes.take(), shadow, cand.servable
+    rows, shadow, model = run(main())
+    assert sum(r.shadow_dropped for r in rows) == 7 == shadow.dropped
+    assert sum(r.shadow_compared for r in rows) == 5 == sum(r.shadow_agreed for r in rows)
+    assert model.batches == [5]  # the queued copies in one predict call
+    assert sum(r.requests for r in rows) == 5
+
+
+def test_a_shadow_batch_with_a_failing_row_fails_only_its_copy() -> None:
+    async def main() -> list[Any]:
+        stable = _served(1)
+        failing = FakeModel("churn", 2, signature=LABELLED,
+                            fail_when=lambda c: 99 in c["y"].tolist())
+        cand = ServedModel.create(failing, ResolvedSettings(8, 0.0, 1000.0, None, None),
+                                  Metrics())
+        outcomes = Outcomes("s1")
+        shadow = Shadow(Split(_rollout(0.0, phase="shadow"), stable, cand, outcomes),
+                        Metrics(), capacity=10)
+        good, bad = {"x": [1.0], "y": [60], "plan": ["gold"]}, \
+            {"x": [1.0], "y": [99], "plan": ["gold"]}
+        for cols in (good, bad, good, good):
+            shadow.offer(cols, 1, await stable.batcher.submit(cols, 1))
+        await wait_until(lambda: sum(r.requests for r in outcomes._rows.values()) == 4, 5)
+        await shadow.close()
+        return outcomes.take()
+    rows = run(main())
+    assert sum(r.errors for r in rows) == 1
+    assert sum(r.shadow_compared for r in rows) == 3 == sum(r.shadow_agreed for r in rows)
 
 
 def test_a_shadowed_candidate_answering_nan_counts_as_failing() -> None:

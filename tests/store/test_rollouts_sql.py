@@ -147,6 +147,21 @@ class TestRollouts:
         assert len(store.list_audit_events()) == events
 
 
+def test_a_rollouts_events_are_found_by_the_database(store: SqlMetadataStore) -> None:
+    store.set_alias("m", "staging", 1, ("t", "promote", "m@staging", {}))
+    one, other = start(store, rollout(id="r_1")), start(store, rollout(id="rx1",
+                                                                       alias="staging"))
+    assert decide(store, one, 0, weight=50.0)
+    assert decide(store, other, 0, weight=50.0)
+    store.append_audit("t", "rollout.note", one.ref, {"rollout": "rx1"})  # another's id
+    found = store.rollout_events("r_1", one.ref)
+    assert [(e.action, e.payload["rollout"]) for e in found] == [("rollout.start", "r_1"),
+                                                                  ("rollout.step", "r_1")]
+    assert [e.action for e in store.rollout_events("rx1", other.ref)] == ["rollout.start",
+                                                                          "rollout.step"]
+    assert store.rollout_events("nope", one.ref) == []
+
+
 class TestBuckets:
     def row(self, version: int = 1, bucket: int = 10, server: str = "s1", requests: int = 3,
             errors: int = 1, **kw: Any) -> BucketRow:
@@ -173,6 +188,20 @@ class TestBuckets:
         assert sorted({(r.bucket, r.version) for r in rows}) == [(9, 1), (9, 2), (10, 1),
                                                                 (10, 2)]
         assert store.window_buckets("other", 0, 100) == []
+
+    def test_a_window_of_some_versions_is_a_range_of_the_key(
+            self, store: SqlMetadataStore) -> None:
+        start(store, rollout(id="r1"))
+        store.add_buckets([self.row(bucket=b, version=v) for b in range(20) for v in (1, 2, 3)])
+        rows = store.window_buckets("r1", 9, 10, versions=[2, 1])
+        assert [(r.bucket, r.version) for r in rows] == [(9, 1), (9, 2), (10, 1), (10, 2)]
+        assert store.window_buckets("r1", 9, 10, versions=[]) == []
+        if store.dialect == "sqlite":  # the database seeks the range; it scans no other rows
+            sql = ("EXPLAIN QUERY PLAN SELECT * FROM rollout_buckets WHERE rollout_id = 'r1' "
+                   "AND version IN (1, 2) AND bucket >= 9 AND bucket <= 10")
+            with store.engine.connect() as conn:
+                plan = " ".join(str(r[-1]) for r in conn.exec_driver_sql(sql))
+            assert "rollout_id=? AND version=? AND bucket>? AND bucket<?" in plan, plan
 
     def test_an_empty_bucket_merges_as_zero(self) -> None:
         e = empty_bucket("r1", 1, 10, "s1")

@@ -21,8 +21,10 @@ Rules, in order:
    nothing, until someone promotes or aborts it.
 
 Windows: the candidate's is its current step or phase (since ``step_started_at``);
-the stable version's is the whole rollout (since ``created_at``), its baseline, so that
-it still has data when the candidate takes 100 %.
+the stable version's is the same, so both are measured on the traffic of the same
+buckets, except while the candidate takes every live request (weight 100 %: a canary's
+last step, blue-green's live and hold phases), when it is the whole rollout (since
+``created_at``), its baseline (:func:`stable_since`).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from reprise.serve._rollout_checks import (
 
 __all__ = ["ACTIONS", "CHECKS", "Check", "CheckResult", "Decision", "VersionWindow",
            "burn_rates", "decide", "finite_json", "histogram_quantile", "register_check",
-           "run_checks"]
+           "run_checks", "stable_since"]
 
 ACTIONS = ("wait", "hold", "step", "promote", "rollback", "abort")
 
@@ -84,6 +86,13 @@ def finite_json(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [finite_json(v) for v in obj]
     return obj
+
+
+def stable_since(rollout: RolloutRecord) -> float:
+    """Where the stable version's window starts: with the candidate's step while the
+    stable version answers live traffic in it, else (the candidate at 100 %) with the
+    rollout."""
+    return rollout.step_started_at if rollout.weight < 100 else rollout.created_at
 
 
 def decide(rollout: RolloutRecord, stable_w: VersionWindow, cand_w: VersionWindow,
@@ -183,7 +192,7 @@ def _evidence(rollout: RolloutRecord, stable_w: VersionWindow, cand_w: VersionWi
         "time": now, "strategy": rollout.strategy, "phase": rollout.phase,
         "step": rollout.step, "weight": rollout.weight, "failures": rollout.failures,
         "window": {"candidate_since": rollout.step_started_at,
-                   "stable_since": rollout.created_at, "until": now},
+                   "stable_since": stable_since(rollout), "until": now},
         "versions": {"stable": _metrics(stable_w, policy), "candidate": _metrics(cand_w, policy)},
         "policy": policy.to_dict(),
         "checks": [c.to_dict() for c in checks],

@@ -123,8 +123,14 @@ class Batcher:
         self.row_s: float | None = None  # moving average per row of such calls
         self._queued_big_rows = 0
         self._running_s = 0.0  # the estimated time of the call running now
+        self.cpu_s = 0.0  # CPU seconds of the worker thread in predict calls so far
         self._idle = asyncio.Event()
         self._idle.set()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a call runs or requests wait (a shadow yields to it: ``_router``)."""
+        return not self._idle.is_set()
 
     @property
     def depth(self) -> int:
@@ -236,8 +242,9 @@ class Batcher:
         self._executor.submit(self._run, batch)
 
     def _finish(self, batch: list[_Item], results: list[Result | PredictFailed],
-                seconds: float) -> None:
+                seconds: float, cpu_s: float = 0.0) -> None:
         self._busy = False
+        self.cpu_s += cpu_s
         rows = sum(item.rows for item in batch)
         if rows > self.max_batch_size:
             self.row_s = _average(self.row_s, seconds / rows)
@@ -259,7 +266,7 @@ class Batcher:
     # -- the worker thread -------------------------------------------------------------
 
     def _run(self, batch: list[_Item]) -> None:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         results: list[Result | PredictFailed]
         try:
             results = list(self._predict_batch(batch))
@@ -268,7 +275,8 @@ class Batcher:
                        else [self._failed(exc)])
         seconds = time.perf_counter() - start
         try:
-            self._loop.call_soon_threadsafe(self._finish, batch, results, seconds)
+            self._loop.call_soon_threadsafe(self._finish, batch, results, seconds,
+                                            time.thread_time() - cpu)
         except RuntimeError:  # the loop is closed: the server is gone, nobody waits
             pass
 

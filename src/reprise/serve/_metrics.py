@@ -135,8 +135,8 @@ class Metrics:
             for metric in (self._r_requests, self._r_errors, self._r_latency):
                 metric.remove(*labels)
 
-    def shadow_copy(self, model: str, version: str, outcome: str) -> None:
-        self._child(self._shadow, model, version, outcome).inc()
+    def shadow_copy(self, model: str, version: str, outcome: str, n: int = 1) -> None:
+        self._child(self._shadow, model, version, outcome).inc(n)
 
     def render(self) -> tuple[bytes, str]:
         """The text exposition format and its content type."""

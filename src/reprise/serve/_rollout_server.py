@@ -59,6 +59,7 @@ class RolloutController:
         self._leases: set[str] = set()  # rollout ids whose lease this server may hold
         self._refused: set[str] = set()  # rollouts whose candidate failed to load here
         self._failing: set[str] = set()  # what already logged a failure (once, not per poll)
+        self._flushed_at = 0.0  # time.monotonic() of the last flush
 
     # -- following -------------------------------------------------------------------
 
@@ -237,6 +238,7 @@ class RolloutController:
     async def flush(self) -> None:
         """Write what was counted since the last flush (kept for the next one when the
         store cannot be written)."""
+        self._flushed_at = time.monotonic()
         rows = self.outcomes.take()
         if not rows:
             return
@@ -252,7 +254,9 @@ class RolloutController:
     async def flusher(self) -> None:
         while True:
             await asyncio.sleep(self.every)
-            await self.flush()
+            # a decider flushes before each analysis: one write a tick is enough
+            if time.monotonic() - self._flushed_at >= self.every / 2:
+                await self.flush()
 
     async def stop_shadows(self) -> None:
         """At shutdown, before the queues drain: no more copies to candidates."""

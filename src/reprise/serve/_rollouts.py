@@ -40,7 +40,14 @@ from reprise.core._rollout_types import (
     bucket_seconds,
 )
 from reprise.core.errors import NotFoundError, UserError
-from reprise.serve._analysis import Decision, VersionWindow, burn_rates, decide, finite_json
+from reprise.serve._analysis import (
+    Decision,
+    VersionWindow,
+    burn_rates,
+    decide,
+    finite_json,
+    stable_since,
+)
 from reprise.serve._candidate import load_and_warm_up, signature_problems
 from reprise.serve._policy import Policy, load_policy, parse_duration
 
@@ -238,21 +245,30 @@ def _pick(store: Any, name: str, alias: str | None, *, running: bool) -> Rollout
 
 def rollout_windows(store: Any, rec: RolloutRecord,
                     now: float) -> tuple[VersionWindow, VersionWindow]:
-    """The analysis windows at ``now``: the stable version's since the rollout began, the
-    candidate's since its step (or phase) began. A canary's candidate window starts with
-    the bucket holding the step's start (that bucket's earlier requests are the same
+    """The analysis windows at ``now``: the candidate's since its step (or phase) began,
+    and the stable version's over the same buckets (the same traffic, compared), or,
+    while the candidate takes every live request, since the rollout began (its baseline,
+    :func:`~reprise.serve._analysis.stable_since`). A canary's window starts with the
+    bucket holding the step's start (that bucket's earlier requests are the same
     candidate's, at the previous weight); blue-green's live phases start with the first
-    bucket wholly inside them, so that shadow copies never count as live traffic."""
+    bucket wholly inside them, so that shadow copies never count as live traffic.
+
+    Only those buckets are read: per version, a range of the buckets' key."""
     b = bucket_seconds(rec.interval_s)
-    first, last = bucket_of(rec.created_at, b), bucket_of(now, b)
-    rows = store.window_buckets(rec.id, first, last)
+    last = bucket_of(now, b)
     step_first = bucket_of(rec.step_started_at, b)
     if rec.strategy == "blue-green" and rec.phase != "shadow":
         step_first = math.ceil(rec.step_started_at / b - 1e-9)
-    stable = VersionWindow.from_rows(rec.stable, "stable", rows, first_bucket=first,
+    first = bucket_of(stable_since(rec), b)
+    if first == step_first:
+        rows = store.window_buckets(rec.id, first, last, versions=(rec.stable, rec.candidate))
+        stable_rows, cand_rows = rows, rows
+    else:
+        stable_rows = store.window_buckets(rec.id, first, last, versions=(rec.stable,))
+        cand_rows = store.window_buckets(rec.id, step_first, last, versions=(rec.candidate,))
+    stable = VersionWindow.from_rows(rec.stable, "stable", stable_rows, first_bucket=first,
                                      last_bucket=last)
-    cand = VersionWindow.from_rows(rec.candidate, "candidate",
-                                   [r for r in rows if r.bucket >= step_first],
+    cand = VersionWindow.from_rows(rec.candidate, "candidate", cand_rows,
                                    mode="shadow" if rec.phase == "shadow" else "live",
                                    first_bucket=step_first, last_bucket=last)
     return stable, cand
@@ -275,7 +291,7 @@ def rollout_status(name: str, alias: str | None = None, *, now: float | None = N
         "versions": {"stable": _summary(stable_w, policy),
                      "candidate": _summary(cand_w, policy)},
         "checks": [], "next_decision_in": None, "next": None,
-        "decisions": _decisions(store, rec.id)}
+        "decisions": _decisions(store, rec.id, rec.ref)}
     if rec.running:
         d = decide(rec, stable_w, cand_w, policy, now)
         out["checks"] = [c.to_dict() for c in d.checks]
@@ -292,12 +308,11 @@ def _summary(w: VersionWindow, policy: Policy) -> dict[str, Any]:
             "burn_rates": burn_rates(w, policy)}
 
 
-def _decisions(store: Any, rollout_id: str) -> list[dict[str, Any]]:
+def _decisions(store: Any, rollout_id: str, ref: str) -> list[dict[str, Any]]:
     return [{"seq": e.seq, "time": e.time, "actor": e.actor, "action": e.action,
              "reason": e.payload.get("reason"), "weight": e.payload.get("weight"),
              "phase": e.payload.get("phase")}
-            for e in store.list_audit_events()
-            if e.payload.get("rollout") == rollout_id and e.action.startswith("rollout.")]
+            for e in store.rollout_events(rollout_id, ref)]
 
 
 # -- decisions ---------------------------------------------------------------------------

@@ -16,7 +16,8 @@ to the stable version or to the candidate by :meth:`Split.pick`:
 plain counts on the event loop, flushed to the metadata store by the server's rollout
 controller (``_rollout_server``). A :class:`Shadow` copies the stable version's
 requests to the candidate off the request path through a bounded queue (full: the copy
-is dropped and counted) and compares the answers.
+is dropped and counted) and compares the answers, in batches that yield to live traffic
+(:class:`ShadowGate`).
 """
 
 from __future__ import annotations
@@ -27,17 +28,19 @@ import logging
 import math
 import random
 import time
-from collections.abc import Callable, Iterable
+from bisect import bisect_left
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from reprise.core._rollout_types import (
+    LATENCY_BOUNDS_MS,
     BucketRow,
     RolloutRecord,
     bucket_of,
     bucket_seconds,
     empty_bucket,
-    latency_index,
 )
 from reprise.registry import Field
 from reprise.serve._batcher import Closed, Overloaded, PredictFailed, Result
@@ -46,13 +49,14 @@ from reprise.serve._http import HTTPError
 from reprise.serve._metrics import Metrics
 from reprise.serve._models import ServedModel
 
-__all__ = ["SLOTS", "Outcomes", "Shadow", "Split", "keyer", "output_keys", "payload_key",
+__all__ = ["SLOTS", "Outcomes", "Shadow", "ShadowGate", "Split", "keyer", "output_keys", "payload_key",
            "sticky_slot"]
 
 _logger = logging.getLogger(__name__)
 SLOTS = 10_000  # a weight's resolution: 0.01 %
 _SCORE_BINS = 20  # bins of a score or regression output with a known range
-_SHADOW_WORKERS = 16  # copies in flight to the candidate at once (its batcher batches them)
+_SHADOW_BATCH = 256  # most copies handed to the candidate at once (ShadowGate may give fewer)
+_SHADOW_NAP = 0.02  # least sleep of a shadow waiting for its budget (seconds)
 
 
 def sticky_slot(rollout_id: str, key: bytes) -> int:
@@ -137,13 +141,24 @@ class Outcomes:
     def __init__(self, server: str) -> None:
         self.server = server
         self._rows: dict[tuple[str, int, int], BucketRow] = {}
+        # (rollout id, version) -> (bucket start, bucket end, its row): the row every
+        # answer of this bucket adds to, found without recomputing the bucket (the
+        # request path calls this once per answer)
+        self._current: dict[tuple[str, int], tuple[float, float, BucketRow]] = {}
 
     def _row(self, rollout: RolloutRecord, version: int) -> BucketRow:
-        bucket = bucket_of(time.time(), bucket_seconds(rollout.interval_s))
+        now = time.time()
+        current = self._current.get((rollout.id, version))
+        if current is not None and current[0] <= now < current[1]:
+            return current[2]
+        size = bucket_seconds(rollout.interval_s)
+        bucket = bucket_of(now, size)
         key = (rollout.id, version, bucket)
         row = self._rows.get(key)
         if row is None:
             row = self._rows[key] = empty_bucket(rollout.id, version, bucket, self.server)
+        # (a time within a rounding error of a bound may go to the bucket beside it)
+        self._current[(rollout.id, version)] = (bucket * size, (bucket + 1) * size, row)
         return row
 
     def request(self, rollout: RolloutRecord, version: int, *, error: bool, seconds: float,
@@ -151,11 +166,23 @@ class Outcomes:
         """Count one answer of ``version``: its latency and outputs; a 5xx as an error."""
         row = self._row(rollout, version)
         row.requests += 1
-        row.errors += error
-        row.latency[latency_index(seconds * 1000)] += 1
+        if error:
+            row.errors += 1
+        row.latency[bisect_left(LATENCY_BOUNDS_MS, seconds * 1000)] += 1
         counts = row.outputs
         for k in outputs:
             counts[k] = counts.get(k, 0) + 1
+
+    def add(self, rollout: RolloutRecord, version: int, *, requests: int, seconds: float,
+            outputs: Mapping[str, int]) -> None:
+        """Count ``requests`` answers of ``version`` that took ``seconds`` each, with no
+        error, and their outputs' counts (a shadow's batch)."""
+        row = self._row(rollout, version)
+        row.requests += requests
+        row.latency[bisect_left(LATENCY_BOUNDS_MS, seconds * 1000)] += requests
+        counts = row.outputs
+        for k, n in outputs.items():
+            counts[k] = counts.get(k, 0) + n
 
     def shadow(self, rollout: RolloutRecord, version: int, *, compared: int = 0,
                agreed: int = 0, dropped: int = 0) -> None:
@@ -167,6 +194,7 @@ class Outcomes:
     def take(self) -> list[BucketRow]:
         """Everything counted since the last take (the caller stores it)."""
         rows, self._rows = list(self._rows.values()), {}
+        self._current.clear()
         return rows
 
     def put_back(self, rows: list[BucketRow]) -> None:
@@ -175,6 +203,7 @@ class Outcomes:
             key = (row.rollout_id, row.version, row.bucket)
             old = self._rows.get(key)
             self._rows[key] = row if old is None else old.merge(row)
+        self._current.clear()
 
 
 @dataclass(eq=False)
@@ -221,8 +250,10 @@ class Split:
             return self.stable
         if self._threshold >= SLOTS:
             return self.candidate
-        slot = random.randrange(SLOTS) if key is None else sticky_slot(self.rollout.id, key)
-        return self.candidate if slot < self._threshold else self.stable
+        if key is None:  # the same draw as a random slot below the threshold, cheaper
+            return self.candidate if random.random() * SLOTS < self._threshold else self.stable
+        return self.candidate if sticky_slot(self.rollout.id, key) < self._threshold \
+            else self.stable
 
     def record(self, model: ServedModel, status: int, seconds: float,
                result: Result | None) -> None:
@@ -247,87 +278,283 @@ def _threshold(weight: float) -> int:
 class _Copy:
     columns: dict[str, Any]
     rows: int
-    stable: list[str] | None  # the stable version's answer: output_keys of its rows
+    stable: Result  # the stable version's answer, compared once the candidate's comes
+
+
+class ShadowGate:
+    """When the shadow may hand the candidate a batch of copies: the yielding rule.
+
+    The candidate's predictions run in the same process as the stable version's, so on
+    a busy server they take the interpreter (the GIL) and the cores from live answers.
+    The gate keeps them out of the way:
+
+    * a token bucket of seconds: the shadow earns ``share`` seconds per second of the
+      clock (up to ``burst_s`` saved) and spends what each batch cost, the candidate's
+      predict calls (their thread's CPU time) and the shadow's own bookkeeping on the
+      event loop. A batch starts only with the balance positive, so over any stretch
+      the shadow takes at most about ``share`` of the clock's time plus one batch. The
+      server's clock is its process's CPU time, not the wall's: on a machine whose
+      cores are shared with other work the shadow's budget shrinks with the server's
+      own (5 % of the wall's time could be most of what the server gets), and a quiet
+      server's copies wait until live work pays for them (batches grow meanwhile);
+    * a batch starts only while the stable version has nothing queued or running.
+
+    Copies that wait meanwhile stay in the bounded queue; when it is full new ones are
+    dropped and counted (``shadow_dropped``; the analysis says "insufficient data" rather
+    than pass on too few comparisons). Pure: the clock and the load are arguments.
+    """
+
+    def __init__(self, share: float = 0.05, burst_s: float = 0.02, now: float = 0.0) -> None:
+        if not 0 < share <= 1 or burst_s <= 0:
+            raise ValueError(f"share must be in (0, 1] and burst_s positive; got {share}, "
+                             f"{burst_s}")
+        self.share, self.burst_s = share, burst_s
+        self._tokens, self._at = burst_s, now
+
+    def _refill(self, now: float) -> None:
+        self._tokens = min(self.burst_s, self._tokens + max(0.0, now - self._at) * self.share)
+        self._at = max(self._at, now)
+
+    def wait(self, now: float, stable_busy: bool) -> float:
+        """Seconds until a batch may start (0: now). The stable version being busy gives
+        ``inf``: wait until it is idle."""
+        self._refill(now)
+        if self._tokens <= 0:
+            return -self._tokens / self.share + 1e-4
+        return math.inf if stable_busy else 0.0
+
+    def spend(self, seconds: float, now: float) -> None:
+        """A batch cost ``seconds`` of the server's time."""
+        self._refill(now)
+        self._tokens -= seconds
+
+    def batch_rows(self, row_cost_s: float | None, most: int) -> int:
+        """Rows in the next batch: as many as one burst pays for (by the cost per row seen
+        so far), so one batch never holds the interpreter long; 1 to ``most``."""
+        if not row_cost_s:
+            return most
+        return max(1, min(most, int(self.burst_s / row_cost_s)))
 
 
 class Shadow:
     """Copies of the stable version's requests for the candidate, compared, never returned.
 
-    :meth:`offer` is all the request path does: a ``put_nowait`` on a bounded queue, or
-    a count when it is full. Workers on the event loop hand the copies to the
-    candidate's own batcher (its own worker thread) and compare its answers with the
-    stable version's: they agree when every row's primary output is the same class (a
-    classifier), or falls in the same score bin (:func:`output_keys`: a regression or a
-    score, which a retrained model never reproduces to the last digit).
+    :meth:`offer` is all the request path does: an append to a bounded queue, or a count
+    when it is full. One worker on the event loop takes the queued copies in batches,
+    when :class:`ShadowGate` lets it (the shadow yields to live traffic), hands them to
+    the candidate's own batcher all at once (its worker thread runs them as a few large
+    predict calls: the per-call cost is paid once per batch, not per copy), and compares
+    its answers with the stable version's: they agree when every row's primary output is
+    the same class (a classifier), or falls in the same score bin (:func:`output_keys`: a
+    regression or a score, which a retrained model never reproduces to the last digit).
     Copies the candidate's batcher sheds (its latency budget) count as dropped too.
     """
 
-    def __init__(self, split: Split, metrics: Metrics, capacity: int) -> None:
-        self.split, self.metrics = split, metrics
-        self._queue: asyncio.Queue[_Copy] = asyncio.Queue(capacity)
-        self._tasks = [asyncio.get_running_loop().create_task(self._work())
-                       for _ in range(min(_SHADOW_WORKERS, capacity))]
+    def __init__(self, split: Split, metrics: Metrics, capacity: int,
+                 gate: ShadowGate | None = None,
+                 clock: Callable[[], float] = time.process_time) -> None:
+        self.split, self.metrics, self.capacity, self._clock = split, metrics, capacity, clock
+        self.gate = gate if gate is not None else ShadowGate(now=clock())
+        self._queue: deque[_Copy] = deque()
+        self._wake = asyncio.Event()
         self.dropped = 0
+        self._unreported = 0  # drops not yet in the outcomes and metrics
+        self._row_cost: float | None = None  # seconds per copied row, moving average
+        self._task = asyncio.get_running_loop().create_task(self._work())
 
     def offer(self, columns: dict[str, Any], rows: int, stable: Result) -> None:
-        answer = self.split.output_keys(stable.outputs) or None
-        try:
-            self._queue.put_nowait(_Copy(columns, rows, answer))
-        except asyncio.QueueFull:
-            self._drop()
+        if len(self._queue) >= self.capacity:
+            self.dropped += 1
+            self._unreported += 1
+            return
+        self._queue.append(_Copy(columns, rows, stable))
+        if not self._wake.is_set():
+            self._wake.set()
 
-    def _drop(self) -> None:
-        self.dropped += 1
-        cand = self.split.candidate
-        self.split.outcomes.shadow(self.split.rollout, cand.version, dropped=1)
-        self.metrics.shadow_copy(cand.name, str(cand.version), "dropped")
+    def _report_drops(self, more: int = 0) -> None:
+        self.dropped += more
+        n, self._unreported = self._unreported + more, 0
+        if n:
+            cand = self.split.candidate
+            self.split.outcomes.shadow(self.split.rollout, cand.version, dropped=n)
+            self.metrics.shadow_copy(cand.name, str(cand.version), "dropped", n)
 
     async def _work(self) -> None:
+        stable = self.split.stable.batcher
         while True:
-            copy = await self._queue.get()
-            cand = self.split.candidate
-            start = time.perf_counter()
+            self._report_drops()
+            if not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            wait = self.gate.wait(self._clock(), stable.busy)
+            if wait == math.inf:
+                await stable.drain(1.0)
+                continue
+            if wait > 0:  # (in the clock's seconds: CPU ones pass slower than the wall's)
+                await asyncio.sleep(max(wait, _SHADOW_NAP))
+                continue
+            n = self.gate.batch_rows(self._row_cost, _SHADOW_BATCH)
+            batch = [self._queue.popleft() for _ in range(min(n, len(self._queue)))]
             try:
-                check_inputs(cand, copy.columns)  # as the candidate converts them
-            except HTTPError:  # the stable version takes this input, the candidate not
-                self._drop()
-                continue
-            try:
-                result = await cand.batcher.submit(copy.columns, copy.rows)
-                check_outputs(cand, result)
-            except Overloaded:
-                self._drop()
-                continue
-            except (PredictFailed, HTTPError):  # raised, or answered NaN or infinity
-                seconds = time.perf_counter() - start
-                self.split.outcomes.request(self.split.rollout, cand.version, error=True,
-                                            seconds=seconds)
-                self.metrics.rollout_request(self.split.rollout.id, cand.name, cand.version,
-                                             "candidate", "shadow", error=True,
-                                             seconds=seconds)
-                self.metrics.shadow_copy(cand.name, str(cand.version), "failed")
-                continue
+                await self._run(batch)
             except Closed:
                 return
-            self._answered(copy, result, time.perf_counter() - start)
 
-    def _answered(self, copy: _Copy, result: Result, seconds: float) -> None:
-        split, cand = self.split, self.split.candidate
+    async def _run(self, batch: list[_Copy]) -> None:
+        """Hand ``batch`` to the candidate, compare, count; charge the gate its cost (the
+        candidate thread's CPU time and this loop's)."""
+        cand = self.split.candidate
+        cpu_before, t0 = cand.batcher.cpu_s, time.perf_counter()
+        rows = sum(c.rows for c in batch) or 1
+        loop_s: float | None = None
+        try:
+            loop_s = await self._merged(batch) if len(batch) > 1 else None
+            if loop_s is None:  # one copy, inputs not lists, or a failure to pin on a copy
+                loop_s = await self._each(batch)
+        finally:
+            cost = loop_s if loop_s is not None else time.perf_counter() - t0
+            cost += cand.batcher.cpu_s - cpu_before
+            self._row_cost = cost / rows if self._row_cost is None else \
+                0.8 * self._row_cost + 0.2 * cost / rows
+            self.gate.spend(cost, self._clock())
+
+    async def _merged(self, batch: list[_Copy]) -> float | None:
+        """The batch as one request of all its rows (one submit, one answer to read);
+        the seconds this loop spent, or None when the batch must go copy by copy."""
+        cand, split = self.split.candidate, self.split
+        t0 = time.perf_counter()
+        columns = _merge(batch)
+        if columns is None or self._check_inputs(columns):
+            return None
+        rows = sum(c.rows for c in batch)
+        loop_s = time.perf_counter() - t0
+        start = time.perf_counter()
+        try:
+            result = await cand.batcher.submit(columns, rows)
+        except PredictFailed:  # some copy's rows fail the whole call: each alone, then
+            return None
+        except Overloaded:
+            self._report_drops(len(batch))
+            return loop_s
+        t1 = time.perf_counter()
+        seconds = t1 - start
+        try:
+            check_outputs(cand, result)
+        except HTTPError:  # NaN or infinity for some row: which copy's, each alone says
+            return None
         keys = split.output_keys(result.outputs)
-        split.outcomes.request(split.rollout, cand.version, error=False, seconds=seconds,
-                               outputs=keys)
-        self.metrics.rollout_request(split.rollout.id, cand.name, cand.version, "candidate",
-                                     "shadow", error=False, seconds=seconds)
-        if copy.stable is None:
-            return
-        agreed = keys == copy.stable
-        split.outcomes.shadow(split.rollout, cand.version, compared=1, agreed=int(agreed))
-        self.metrics.shadow_copy(cand.name, str(cand.version), "compared")
-        if agreed:
-            self.metrics.shadow_copy(cand.name, str(cand.version), "agreed")
+        split.outcomes.add(split.rollout, cand.version, requests=len(batch), seconds=seconds,
+                           outputs=Counter(keys))
+        compared = agreed = i = 0
+        for copy in batch:
+            self.metrics.rollout_request(split.rollout.id, cand.name, cand.version,
+                                         "candidate", "shadow", error=False, seconds=seconds)
+            stable = split.output_keys(copy.stable.outputs)
+            if stable:
+                compared += 1
+                agreed += keys[i:i + copy.rows] == stable
+            i += copy.rows
+        self._count(compared, agreed, 0)
+        return loop_s + time.perf_counter() - t1
+
+    def _check_inputs(self, columns: dict[str, Any]) -> bool:
+        """Whether the candidate refuses these inputs as it converts them (a float32
+        model and a number beyond its range): the copies then go one by one."""
+        try:
+            check_inputs(self.split.candidate, columns)
+        except HTTPError:
+            return True
+        return False
+
+    async def _each(self, batch: list[_Copy]) -> float:
+        """Each copy its own request (the candidate's batcher still batches them, and
+        retries alone the requests of a batch that failed); the seconds this loop spent."""
+        cand = self.split.candidate
+        t0 = time.perf_counter()
+        sent: list[tuple[_Copy, asyncio.Future[Result]]] = []
+        dropped, closed = 0, False
+        for copy in batch:
+            try:
+                check_inputs(cand, copy.columns)  # as the candidate converts them
+                sent.append((copy, cand.batcher.submit(copy.columns, copy.rows)))
+            except (HTTPError, Overloaded):  # the candidate refuses this input, or sheds
+                dropped += 1
+            except Closed:  # retired: what was sent fails with Closed too
+                closed = True
+                break
+        start = time.perf_counter()
+        loop_s = start - t0
+        answers: list[tuple[_Copy, Result | BaseException, float]] = []
+        for copy, future in sent:
+            try:
+                answer: Result | BaseException = await future
+            except (PredictFailed, Closed) as exc:
+                answer = exc
+            answers.append((copy, answer, time.perf_counter() - start))
+        t1 = time.perf_counter()
+        self._report_drops(dropped)
+        self._compare(answers)
+        if closed or any(isinstance(a, Closed) for _, a, _ in answers):
+            raise Closed(cand.batcher.label)
+        return loop_s + time.perf_counter() - t1
+
+    def _compare(self, answers: list[tuple[_Copy, Result | BaseException, float]]) -> None:
+        split, cand = self.split, self.split.candidate
+        rollout, keys_of = split.rollout, split.output_keys
+        compared = agreed = failed = 0
+        for copy, answer, seconds in answers:
+            if isinstance(answer, Closed):
+                continue
+            if isinstance(answer, Result):
+                try:
+                    check_outputs(cand, answer)
+                except HTTPError:  # answered NaN or infinity
+                    answer = PredictFailed("non-finite")
+            if not isinstance(answer, Result):  # raised, or answered NaN or infinity
+                failed += 1
+                split.outcomes.request(rollout, cand.version, error=True, seconds=seconds)
+                self.metrics.rollout_request(rollout.id, cand.name, cand.version, "candidate",
+                                             "shadow", error=True, seconds=seconds)
+                continue
+            keys = keys_of(answer.outputs)
+            split.outcomes.request(rollout, cand.version, error=False, seconds=seconds,
+                                   outputs=keys)
+            self.metrics.rollout_request(rollout.id, cand.name, cand.version, "candidate",
+                                         "shadow", error=False, seconds=seconds)
+            stable = keys_of(copy.stable.outputs)
+            if stable:
+                compared += 1
+                agreed += keys == stable
+        self._count(compared, agreed, failed)
+
+    def _count(self, compared: int, agreed: int, failed: int) -> None:
+        split, cand = self.split, self.split.candidate
+        if compared:
+            split.outcomes.shadow(split.rollout, cand.version, compared=compared,
+                                  agreed=agreed)
+        for outcome, n in (("compared", compared), ("agreed", agreed), ("failed", failed)):
+            if n:
+                self.metrics.shadow_copy(cand.name, str(cand.version), outcome, n)
 
     async def close(self) -> None:
         """Stop copying; what is queued is left (the rollout moved on)."""
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+        self._report_drops()
+
+
+def _merge(batch: list[_Copy]) -> dict[str, list[Any]] | None:
+    """The copies' input columns end to end, when every one is a list (JSON bodies) and
+    the copies have the same columns; else None."""
+    names = batch[0].columns.keys()
+    merged: dict[str, list[Any]] = {}
+    for name in names:
+        out: list[Any] = []
+        for copy in batch:
+            values = copy.columns.get(name)
+            if type(values) is not list or len(copy.columns) != len(names):
+                return None
+            out += values
+        merged[name] = out
+    return merged

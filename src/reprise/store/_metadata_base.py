@@ -277,6 +277,12 @@ class BaseMetadataStore(abc.ABC):
         """The whole audit log, by sequence number (as stored: verification is the
         registry's, see :mod:`reprise.registry._audit`)."""
 
+    @abc.abstractmethod
+    def rollout_events(self, rollout_id: str, subject: str) -> list[AuditEvent]:
+        """The audit events of one rollout (``subject``: its ``NAME@ALIAS``; actions
+        ``rollout.*`` whose payload's ``rollout`` is ``rollout_id``), by sequence number,
+        found by the database rather than by reading the whole log."""
+
     # -- rollouts (deployments) -------------------------------------------------------
     # A rollout's creation and its decisions append their audit events to the same chain,
     # in the transaction that makes the change.
@@ -322,9 +328,10 @@ class BaseMetadataStore(abc.ABC):
         server) is stored already adds its counts to it. Safe from many processes."""
 
     @abc.abstractmethod
-    def window_buckets(self, rollout_id: str, first_bucket: int,
-                       last_bucket: int) -> list[BucketRow]:
-        """The rollout's rows with ``first_bucket <= bucket <= last_bucket``."""
+    def window_buckets(self, rollout_id: str, first_bucket: int, last_bucket: int,
+                       versions: Sequence[int] | None = None) -> list[BucketRow]:
+        """The rollout's rows with ``first_bucket <= bucket <= last_bucket`` (of
+        ``versions`` only: then a range of the rows' key, read without a scan)."""
 
     @abc.abstractmethod
     def acquire_lease(self, key: str, holder: str, ttl_s: float, now: float) -> bool:

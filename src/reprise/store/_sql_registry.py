@@ -84,6 +84,22 @@ class SqlRegistryMixin:
                            r["subject"], _loads(r["payload"]), r["prev_hash"], r["hash"])
                 for r in rows]
 
+    def rollout_events(self, rollout_id: str, subject: str) -> list[AuditEvent]:
+        a = s.audit_events
+        # payloads are stored by json.dumps(sort_keys=True): the id appears as below; the
+        # LIKE narrows in the database, the payload check below makes it exact
+        needle = json.dumps({"rollout": rollout_id})[1:-1]
+        pattern = "%" + needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        q = (sa.select(a).where(a.c.subject == subject, a.c.action.like("rollout.%"),
+                                a.c.payload.like(pattern, escape="\\"))
+             .order_by(a.c.seq))
+        with self.engine.connect() as conn:
+            rows = conn.execute(q).mappings().all()
+        events = [AuditEvent(int(r["seq"]), float(r["time"]), r["actor"], r["action"],
+                             r["subject"], _loads(r["payload"]), r["prev_hash"], r["hash"])
+                  for r in rows]
+        return [e for e in events if e.payload.get("rollout") == rollout_id]
+
     # -- versions ---------------------------------------------------------------------
     def add_model_version(self, record: ModelVersionRecord,
                           event: Event) -> tuple[ModelVersionRecord, bool]:

@@ -151,12 +151,14 @@ class SqlRolloutMixin:
                 self._upsert(conn, b, out, ["rollout_id", "version", "bucket", "server"])
         self._retry(go)
 
-    def window_buckets(self, rollout_id: str, first_bucket: int,
-                       last_bucket: int) -> list[BucketRow]:
+    def window_buckets(self, rollout_id: str, first_bucket: int, last_bucket: int,
+                       versions: Sequence[int] | None = None) -> list[BucketRow]:
         b = s.rollout_buckets
-        q = (sa.select(b).where(b.c.rollout_id == rollout_id, b.c.bucket >= first_bucket,
-                                b.c.bucket <= last_bucket)
-             .order_by(b.c.bucket, b.c.version, b.c.server))
+        q = sa.select(b).where(b.c.rollout_id == rollout_id, b.c.bucket >= first_bucket,
+                               b.c.bucket <= last_bucket)
+        if versions is not None:  # the key (rollout_id, version, bucket, server): a range
+            q = q.where(b.c.version.in_(sorted(set(versions))))
+        q = q.order_by(b.c.bucket, b.c.version, b.c.server)
         with self.engine.connect() as conn:
             return [_bucket(row) for row in conn.execute(q).mappings()]
 
