@@ -46,9 +46,9 @@ def _chunk(ws: Any, ids: list[str], at: float, version: int = 1, **extra: list[A
 
 
 def test_the_package_exports_what_it_lists() -> None:
-    assert sorted(monitor.__all__) == sorted(
-        ["ExportReport", "add_feedback", "add_feedback_file", "export_labelled",
-         "iter_requests", "list_request_chunks", "prune_requests", "read_requests"])
+    assert {"ExportReport", "add_feedback", "add_feedback_file", "export_labelled",
+            "iter_requests", "list_request_chunks", "prune_requests",
+            "read_requests"} <= set(monitor.__all__)  # beside the drift statistics
     for name in monitor.__all__:
         assert getattr(monitor, name) is not None
 
