@@ -61,7 +61,7 @@ demo: install-demo
 	$(PY) examples/demo.py
 
 test: install-dev
-	$(PY) -m pytest -q -m "not reliability" -p no:cacheprovider
+	$(PY) -m pytest -q -m "not reliability" -p no:cacheprovider --durations=30
 
 constraints-floors.txt: pyproject.toml .ci/floors.py
 	$(PYTHON) .ci/floors.py --write
