@@ -434,6 +434,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a few cells, 50 sets, no file")
     ap.add_argument("--family", choices=sorted(FAMILIES))
+    ap.add_argument("--n", type=int, action="append", default=[],
+                    help="only cells of this test-set size (repeat); with --family, the part "
+                    "is written as bench/.work/coverage-FAMILY-nN....json, which --merge reads")
     ap.add_argument("--sets", type=int, default=None)
     ap.add_argument("--resamples", type=int, default=200)
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
@@ -455,7 +458,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     else:
         t0 = time.perf_counter()
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            chosen = cells(args.family, args.quick)
+            chosen = [c for c in cells(args.family, args.quick) if not args.n or c.n in args.n]
             results = list(pool.map(_run, [(c, sets, args.resamples) for c in chosen]))
             if args.recheck and not args.quick and args.resamples < RECHECK_RESAMPLES:
                 recheck(pool, dict(zip(chosen, results, strict=True)), sets)
@@ -466,7 +469,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return payload
     if args.family:
         WORK.mkdir(parents=True, exist_ok=True)
-        (WORK / f"coverage-{args.family}.json").write_text(json.dumps(payload, indent=1))
+        part = "".join(f"-n{n}" for n in sorted(args.n))
+        (WORK / f"coverage-{args.family}{part}.json").write_text(json.dumps(payload, indent=1))
     else:
         write_result("coverage", payload)
     return payload
