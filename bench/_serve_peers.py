@@ -10,6 +10,7 @@ same settings as Reprise's server.
 in the endpoint's signature, not a string naming a function-local class.)
 """
 
+from pathlib import Path
 from typing import Any
 
 FEATURES = [f"f{i}" for i in range(20)]
@@ -25,6 +26,24 @@ def make_model() -> tuple[Any, Any]:
     frame = pd.DataFrame(rng.normal(size=(2000, len(FEATURES))), columns=FEATURES)
     target = (frame["f0"] + 0.5 * frame["f1"] - frame["f2"] > 0).astype(int)
     return frame, LogisticRegression(max_iter=500).fit(frame.to_numpy(), target)
+
+
+def production_lr(work: Path) -> tuple[dict[str, float], int, Path]:
+    """A fresh workspace in ``work / "ws"`` serving ``make_model()``'s model as
+    ``lr@production``: (one input row, the class the model gives it, the workspace dir)."""
+    import reprise
+    from reprise.registry import package_model, promote, register_package
+
+    frame, model = make_model()
+    row = {k: float(v) for k, v in frame.iloc[7].to_dict().items()}
+    expected = int(model.predict(frame.iloc[[7]].to_numpy())[0])
+    ws_dir = work / "ws"
+    ws_dir.mkdir(parents=True)
+    ws = reprise.init(ws_dir)
+    version = register_package("lr", package_model(model, sample=frame), workspace=ws).version
+    promote("lr", version, "production", workspace=ws, force=True, reason="benchmark")
+    ws.close()
+    return row, expected, ws_dir
 
 
 def create_plain_app() -> Any:

@@ -43,19 +43,9 @@ GOALS = {"good_errors_with_bad": ("<=", 0), "health_p99_ms_with_bad": ("<=", 100
 
 
 def prepare(work: Path) -> tuple[Server, int]:
-    import reprise
-    from _serve_peers import make_model
-    from reprise.registry import package_model, promote, register_package
+    from _serve_peers import production_lr
 
-    frame, model = make_model()
-    row = {k: float(v) for k, v in frame.iloc[7].to_dict().items()}
-    expected = int(model.predict(frame.iloc[[7]].to_numpy())[0])
-    ws_dir = work / "ws"
-    ws_dir.mkdir(parents=True)
-    ws = reprise.init(ws_dir)
-    version = register_package("lr", package_model(model, sample=frame), workspace=ws).version
-    promote("lr", version, "production", workspace=ws, force=True, reason="benchmark")
-    ws.close()
+    row, expected, ws_dir = production_lr(work)
     argv = [python(), "-m", "reprise.cli", "serve", "lr@production", "--log-level", "error",
             "--max-connections", str(MAX_CONNECTIONS)]
     return Server("reprise", argv, "/v1/models/lr/predict", {"records": [row]}, "/readyz",

@@ -36,19 +36,9 @@ TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 def prepare(work: Path, baseline: str | None) -> tuple[list[Server], int]:
-    import reprise
-    from _serve_peers import make_model
-    from reprise.registry import package_model, promote, register_package
+    from _serve_peers import production_lr
 
-    frame, model = make_model()
-    row = {k: float(v) for k, v in frame.iloc[7].to_dict().items()}
-    expected = int(model.predict(frame.iloc[[7]].to_numpy())[0])
-    ws_dir = work / "ws"
-    ws_dir.mkdir(parents=True)
-    ws = reprise.init(ws_dir)
-    version = register_package("lr", package_model(model, sample=frame), workspace=ws).version
-    promote("lr", version, "production", workspace=ws, force=True, reason="benchmark")
-    ws.close()
+    row, expected, ws_dir = production_lr(work)
     serve = [python(), "-m", "reprise.cli", "serve", "lr@production", "--log-level", "warning"]
     body, url = {"records": [row]}, "/v1/models/lr/predict"
     servers = [Server("reprise", serve, url, body, "/readyz", ws_dir),
