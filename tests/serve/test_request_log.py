@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 import reprise
-from reprise.monitor import export_labelled, read_requests
+from reprise.monitor import add_feedback, export_labelled, read_requests
 from reprise.serve import Settings, create_app
 from reprise.serve._reqlog import Sampler
 from tests.serve.fakes import FakeSource, run, score, wait_until
@@ -105,6 +105,36 @@ def test_sampled_answers_are_logged_with_id_version_latency_and_pii_left_out(ws:
                                                     score(1.0, 10, "basic", 1)]
     chunks = ws.metadata.list_request_chunks("churn")
     assert [(c.requests, c.rows, c.version) for c in chunks] == [(4, 7, 1)]
+
+
+def test_an_oip_request_is_logged_under_its_own_id_and_the_answer_repeats_it(
+        ws: Any, tmp_path: Path) -> None:
+    inputs = [{"name": "x", "shape": [1], "datatype": "FP64", "data": [1.0]},
+              {"name": "y", "shape": [1], "datatype": "INT64", "data": [2]},
+              {"name": "plan", "shape": [1], "datatype": "BYTES", "data": ["basic"]}]
+
+    async def go() -> list[httpx.Response]:
+        async with serving(ws, _settings(log_flush_s=0.05)) as (client, _):
+            url = "/v2/models/churn/infer"
+            return [await client.post(url, json={"id": "oip-7", "inputs": inputs}),
+                    await client.post(url, json={"inputs": inputs}),  # no id anywhere
+                    await client.post(url, json={"id": "body", "inputs": inputs},
+                                      headers={"x-request-id": "header-wins"}),
+                    await client.post(url, json={"id": "has space", "inputs": inputs})]
+
+    with_id, without, both, unloggable = run(go())
+    assert with_id.json()["id"] == with_id.headers["x-request-id"] == "oip-7"
+    assert without.json()["id"] == without.headers["x-request-id"]  # one id, not two
+    assert both.json()["id"] == "body" and both.headers["x-request-id"] == "header-wins"
+    # an OIP id that is not a valid request id is answered as sent, logged under a new one
+    assert unloggable.json()["id"] == "has space"
+    assert unloggable.headers["x-request-id"] != "has space"
+    logged = read_requests("churn", workspace=ws).column("request_id").to_pylist()
+    assert logged == ["oip-7", without.headers["x-request-id"], "header-wins",
+                      unloggable.headers["x-request-id"]]
+    # feedback can name the prediction by the id the OIP client already had
+    assert add_feedback("churn", [{"request_id": "oip-7", "label": "yes"}], workspace=ws) == 1
+    assert export_labelled("churn", tmp_path / "l.parquet", workspace=ws).rows == 1
 
 
 @pytest.mark.parametrize("value", ["has space", "x" * 129, "caf\u00e9"])

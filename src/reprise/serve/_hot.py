@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -141,10 +142,13 @@ class HotPath:
         content_type = b"application/json"
         log = self.state.request_log
         request_id: str | None = None
+        sent: str | None = None
+        header_checked = False
         try:
             check_body_type(scope)
-            if log is not None:  # the client's x-request-id (checked), or a new one
-                request_id = log.request_id(scope)
+            if log is not None:  # the client's x-request-id, checked before the body is read
+                sent = log.header_id(scope)
+                header_checked = True
             body = await self._read(scope, receive)
             model = self.state.table.lookup(name, version)
             if version is None:  # a pinned version never takes part in a rollout
@@ -153,6 +157,10 @@ class HotPath:
             checking = time.perf_counter()
             job = await self._cpu(offload, self._check, oip, model, scope, body, split)
             model = job.model
+            if log is not None:  # the header's id, else the OIP body's, else a new one
+                request_id = log.choose_id(sent, job.request_id or None)
+            # an OIP answer repeats the request's id, else names the logged one
+            job.request_id = job.request_id or request_id or str(uuid.uuid4())
             queued = time.perf_counter()
             result = await _run(model, job.checked.columns, job.checked.rows)
             data, headers, content_type = await self._cpu(offload, _answer, job, result)
@@ -165,6 +173,9 @@ class HotPath:
         except Exception as exc:  # a bug of ours: answer, log, keep serving
             error = _internal(exc)
             status, data, kind = 500, dumps(error.body(oip=oip)), error.kind
+        if request_id is None and header_checked:  # a refused request still gets its id
+            assert log is not None
+            request_id = log.choose_id(sent)
         incoming = header(scope, TRACEPARENT)
         span: Any = None
         offset = 0
@@ -251,8 +262,8 @@ class HotPath:
             payload = read_infer(scope, body, self.state.settings.max_body_bytes)
             if split is not None:
                 model = split.pick(split.key_of(scope["headers"], payload, True))
-            checked, request_id, requested = check_infer(model, payload)
-            job = _Job(model, checked, request_id=request_id, requested=requested,
+            checked, body_id, requested = check_infer(model, payload)
+            job = _Job(model, checked, request_id=body_id or "", requested=requested,
                        wants=binary_outputs(payload))
         else:
             payload = parse_json(body)

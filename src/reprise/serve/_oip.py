@@ -9,7 +9,6 @@ in row-major order or nested, errors as ``{"error": "..."}`` with 400 for a bad 
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from reprise.registry import Field, Validated
@@ -67,8 +66,10 @@ def _bad(message: str) -> HTTPError:
     return HTTPError(400, message, kind="invalid")
 
 
-def check_infer(model: ServedModel, payload: Any) -> tuple[Validated, str, list[str] | None]:
-    """Check an ``$inference_request``: (checked columns, request id, requested outputs)."""
+def check_infer(model: ServedModel, payload: Any
+                ) -> tuple[Validated, str | None, list[str] | None]:
+    """Check an ``$inference_request``: (checked columns, the request's ``id`` or None,
+    requested outputs)."""
     if not isinstance(payload, dict):
         raise _bad("the inference request must be a JSON object with \"inputs\"")
     request_id = payload.get("id")
@@ -98,7 +99,7 @@ def check_infer(model: ServedModel, payload: Any) -> tuple[Validated, str, list[
     if not checked.ok:
         raise HTTPError(400, "the inputs do not match the model's signature", kind="invalid",
                         fields=[e.to_dict() for e in checked.errors])
-    return checked, request_id or str(uuid.uuid4()), _requested(payload.get("outputs"))
+    return checked, request_id, _requested(payload.get("outputs"))
 
 
 def _column(tensor: Any, fields: dict[str, Field], extra: str,

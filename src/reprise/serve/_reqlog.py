@@ -154,10 +154,25 @@ class RequestLogger:
         self._counter = _counter(registry) if registry is not None else None
 
     # -- the request path -------------------------------------------------------------
-    def request_id(self, scope: Scope) -> str:
-        """The client's ``x-request-id`` when it sent a valid one (else 400), or a new id
-        unique across servers (a random per-process prefix and a counter: cheaper than a
-        ULID on every request)."""
+    def request_id(self, scope: Scope, body_id: str | None = None) -> str:
+        """The client's ``x-request-id`` when it sent a valid one (else 400); else the
+        inference request's own ``id`` (OIP, ``body_id``) when it is a valid request id,
+        so that feedback can name a prediction by the id the client already has; else a
+        new id unique across servers (a random per-process prefix and a counter: cheaper
+        than a ULID on every request)."""
+        return self.choose_id(self.header_id(scope), body_id)
+
+    def choose_id(self, sent: str | None, body_id: str | None = None) -> str:
+        """:meth:`request_id` once the header is read (``sent``, from :meth:`header_id`)."""
+        if sent is not None:
+            return sent
+        if body_id is not None and request_id_problem(body_id) is None:
+            return body_id
+        self._count += 1
+        return f"{self._prefix}-{self._count:x}"
+
+    def header_id(self, scope: Scope) -> str | None:
+        """The client's ``x-request-id``, checked (a bad one is a 400), or None."""
         for key, value in scope["headers"]:
             if key == REQUEST_ID_HEADER:
                 text = bytes(value).decode("latin-1")
@@ -167,8 +182,7 @@ class RequestLogger:
                                     "visible ASCII characters, or none (the server gives "
                                     "one)", kind="bad_request")
                 return text
-        self._count += 1
-        return f"{self._prefix}-{self._count:x}"
+        return None
 
     def offer(self, name: str, version: int, request_id: str, latency_s: float,
               inputs: dict[str, Any], rows: int, outputs: dict[str, Any]) -> None:
