@@ -121,6 +121,42 @@ def test_a_label_column_clash_and_mixed_labels(ws: Any, tmp_path: Path) -> None:
     assert pq.read_table(report.path)["target"].to_pylist() == ['"spam"', "3"]
 
 
+def test_export_streams_chunk_by_chunk_into_one_schema(ws: Any, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    _chunk(ws, ["a", "b"], 100.0, n=[1, 2])  # version 1: n is an integer
+    _chunk(ws, ["c", "d"], 200.0, version=2, n=[0.5, 1.5], plan=["x", "y"])
+    _chunk(ws, ["e"], 300.0, version=2, n=[9.0], plan=["z"])  # no label: left out
+    add_feedback("churn", [{"request_id": "a", "label": 1}, {"request_id": "c", "label": 0},
+                           {"request_id": "d", "label": 1}], workspace=ws)
+    # never the whole log in memory: the export reads the chunks one at a time
+    monkeypatch.setattr("reprise.monitor._requests.read_requests", None)
+    report = export_labelled("churn", tmp_path / "o.parquet", workspace=ws, with_meta=True)
+    out = pq.read_table(report.path)
+    assert (report.rows, report.logged_rows) == (3, 5)
+    assert out["request_id"].to_pylist() == ["a", "c", "d"]
+    assert out.schema.field("n").type == pa.float64()  # promoted across versions
+    assert out["n"].to_pylist() == [1.0, 0.5, 1.5]
+    assert out["plan"].to_pylist() == [None, "x", "y"]  # version 1 had no plan
+    assert out.column_names[-1] == "label" and out["label"].to_pylist() == [1, 0, 1]
+    assert report.columns == out.column_names
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".o.parquet")]  # no parts
+
+
+def test_labels_of_different_types_in_different_chunks_become_json_text(
+        ws: Any, tmp_path: Path) -> None:
+    _chunk(ws, ["a"], 100.0)
+    _chunk(ws, ["b"], 200.0)
+    _chunk(ws, ["c", "d"], 300.0)
+    add_feedback("churn", [{"request_id": "a", "label": 3}, {"request_id": "b", "label": "no"},
+                           {"request_id": "c", "label": "yes"}, {"request_id": "d", "label": 2}],
+                 workspace=ws)
+    out = pq.read_table(export_labelled("churn", tmp_path / "o.parquet", workspace=ws).path)
+    assert out["label"].to_pylist() == ["3", '"no"', '"yes"', "2"]
+    # no labelled row at all: an empty file with the input columns and the label
+    empty = export_labelled("nothing", tmp_path / "e.parquet", workspace=ws)
+    assert empty.rows == 0 and pq.read_table(empty.path).column_names == ["label"]
+
+
 def _cli(args: list[str]) -> int:
     try:
         main(args)

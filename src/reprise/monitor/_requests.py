@@ -184,36 +184,101 @@ def export_labelled(name: str, output: str | Path, *, version: int | None = None
     a Parquet file: one row per logged input row, input columns under their own names
     (PII columns were never logged), then ``label_column``; ``with_meta`` adds
     ``request_id``, ``time``, ``version`` and the ``output.`` columns. A label applies
-    to every row of its request.
+    to every row of its request; labels of mixed types are written as their JSON text.
+
+    The log is read a chunk at a time, so memory holds one chunk and its labels however
+    long the log: each chunk's labelled rows go to a part file beside the output, and
+    the parts are then written into one file under the schema they share (a column one
+    version lacks is null there). The output appears whole or not at all.
 
     Example:
         >>> export_labelled("churn", "labelled.parquet")  # doctest: +SKIP
         ExportReport(path='labelled.parquet', rows=1200, ...)
     """
+    import tempfile
+
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     ws = _workspace(workspace)
     ref = name if version is None else f"{name}:{version}"
-    table = read_requests(ref, start, end, workspace=ws)
-    logged = table.num_rows
-    labels = ws.metadata.get_feedback(name, table["request_id"].to_pylist()) if logged else {}
-    if logged:
-        ids = table["request_id"].to_pylist()
-        keep = [i for i, rid in enumerate(ids) if rid in labels]
-        table = table.take(pa.array(keep, pa.int64()))
-        values = [json.loads(labels[ids[i]][0]) for i in keep]
-    else:
-        values = []
-    out = _labelled_columns(table, label_column, with_meta)
-    out[label_column] = _label_array(values)
-    result = pa.table(out) if out else pa.table({label_column: pa.array([], pa.null())})
     dest = Path(output)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    pq.write_table(result, tmp)
-    tmp.replace(dest)  # a reader never sees half a file
-    return ExportReport(str(dest), result.num_rows, logged, result.column_names)
+    logged = 0
+    empty: dict[str, Any] | None = None  # the columns an export with no label has
+    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=f".{dest.name}.") as tmp:
+        parts: list[Path] = []
+        text_labels = False  # some part's labels mix types: every part writes JSON text
+        for table in iter_requests(ref, start, end, workspace=ws):
+            logged += table.num_rows
+            if empty is None:
+                empty = _labelled_columns(table.slice(0, 0), label_column, with_meta)
+            ids = table["request_id"].to_pylist()
+            labels = ws.metadata.get_feedback(name, ids)
+            keep = [i for i, rid in enumerate(ids) if rid in labels]
+            if not keep:
+                continue
+            part = table.take(pa.array(keep, pa.int64()))
+            values = [json.loads(labels[ids[i]][0]) for i in keep]
+            out = _labelled_columns(part, label_column, with_meta)
+            out[label_column] = _label_array(values)
+            text_labels |= _is_text(out[label_column], values)
+            out[_JSON_LABEL] = pa.array([json.dumps(v) for v in values], pa.string())
+            parts.append(Path(tmp) / f"{len(parts):06d}.parquet")
+            pq.write_table(pa.table(out), parts[-1])
+        written = _join_parts(parts, Path(tmp) / dest.name, label_column, text_labels, empty)
+        (Path(tmp) / dest.name).replace(dest)  # a reader never sees half a file
+    return ExportReport(str(dest), written[0], logged, written[1])
+
+
+_JSON_LABEL = "__reprise_label_json"  # each part's labels as JSON text, for mixed types
+
+
+def _is_text(array: pa.Array, values: list[Any]) -> bool:
+    """Whether :func:`_label_array` fell back to JSON text for these values."""
+    import pyarrow as pa
+
+    return pa.types.is_string(array.type) and not all(isinstance(v, str) for v in values)
+
+
+def _join_parts(parts: list[Path], path: Path, label_column: str, text_labels: bool,
+                empty: dict[str, Any] | None) -> tuple[int, list[str]]:
+    """Write the part files into ``path`` under one schema: (rows, column names)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not parts:
+        out = dict(empty or {})
+        out[label_column] = pa.array([], pa.null())
+        table = pa.table(out)
+        pq.write_table(table, path)
+        return 0, table.column_names
+    schemas = [pq.read_schema(p).remove(pq.read_schema(p).get_field_index(_JSON_LABEL))
+               for p in parts]
+    try:
+        schema = pa.unify_schemas(schemas, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        text_labels = True  # e.g. one chunk's labels are numbers, another's words
+        schema = pa.unify_schemas([s.remove(s.get_field_index(label_column)) for s in schemas],
+                                  promote_options="permissive")
+        schema = schema.append(pa.field(label_column, pa.string()))
+    if text_labels:
+        schema = schema.set(schema.get_field_index(label_column),
+                            pa.field(label_column, pa.string()))
+    names = [f.name for f in schema if f.name != label_column] + [label_column]
+    schema = pa.schema([schema.field(n) for n in names])  # the label last, as documented
+    rows = 0
+    with pq.ParquetWriter(path, schema) as writer:
+        for p in parts:
+            table = pq.read_table(p)
+            if text_labels:
+                table = table.set_column(table.schema.get_field_index(label_column),
+                                         label_column, table[_JSON_LABEL])
+            columns = [table[n] if n in table.column_names
+                       else pa.nulls(table.num_rows, schema.field(n).type) for n in names]
+            writer.write_table(pa.Table.from_arrays(columns, names=names).cast(schema))
+            rows += table.num_rows
+    return rows, names
 
 
 def _labelled_columns(table: pa.Table, label_column: str, with_meta: bool,
