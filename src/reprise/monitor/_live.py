@@ -43,6 +43,7 @@ from reprise.monitor._compare import DriftReport, compare
 from reprise.monitor._model_reference import ModelReference, model_reference, prediction_table
 from reprise.monitor._performance import window_performance
 from reprise.monitor._policy import DriftPolicy
+from reprise.monitor._reference import Reference
 from reprise.monitor._window import Window
 
 __all__ = ["DEFAULT_WINDOW", "LiveReport", "LiveWindow", "live_report", "parse_window"]
@@ -78,6 +79,7 @@ class LiveWindow:
     input: DriftReport
     prediction: DriftReport
     performance: dict[str, Any]
+    inputs: Window | None = field(default=None, repr=False)  # the summaries (for HTML)
 
     @property
     def verdicts(self) -> dict[str, str]:
@@ -99,6 +101,7 @@ class LiveReport:
     reference: dict[str, Any]
     windows: list[LiveWindow]
     alarms: list[Alarm] = field(default_factory=list)
+    input_reference: Reference | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "version": self.version, "alias": self.alias,
@@ -138,14 +141,14 @@ def live_report(ref: str, *, window: int | str | None = None, windows: int = 1,
     ws = _ws(workspace)
     _, alias, _ = split_ref(ref)
     rec = parse_ref(ws, ref)
-    mref = model_reference(rec.ref, dataset=reference, workspace=ws)
+    mref = model_reference(ref, dataset=reference, workspace=ws)
     end = time.time() if now is None else float(now)
     accs = _collect(ws, mref, by, size, windows, since, end)
     out = [_judge(a, mref, policy) for a in accs]
     alarms = [al for w in out for al in _alarms(w, mref, alias, policy, end)]
     report = LiveReport(rec.name, rec.version, alias,
                         {"by": by, "size": int(size) if by == "rows" else size},
-                        mref.describe(), out, alarms)
+                        mref.describe(), out, alarms, mref.inputs)
     if persist and out:
         ws.metadata.add_monitor_windows([_record(w, mref, alarms, end) for w in out])
     return report
@@ -288,7 +291,8 @@ def _judge(acc: _Acc, mref: ModelReference, policy: DriftPolicy) -> LiveWindow:
     span = MonitorWindow(start=acc.start, end=acc.end, rows=acc.rows, labelled=len(acc.y))
     return LiveWindow(span, mref.version, compare(mref.inputs, acc.inputs, policy),
                       compare(mref.predictions, acc.outputs, policy),
-                      window_performance(acc.y, acc.pred, acc.proba, mref, policy))
+                      window_performance(acc.y, acc.pred, acc.proba, mref, policy),
+                      acc.inputs)
 
 
 def _alarms(w: LiveWindow, mref: ModelReference, alias: str | None, policy: DriftPolicy,

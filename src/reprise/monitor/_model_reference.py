@@ -112,8 +112,9 @@ def _training_dataset(rec: Any, ref: str) -> str:
     if not datasets:
         raise UserError(f"{rec.ref} has no known training dataset (it was not registered "
                         "from a pipeline run that read a dataset version); pass the "
-                        f"reference rows with --reference DATASET@N, e.g. `reprise monitor "
-                        f"{ref} --reference churn@3`.")
+                        "reference rows, the dataset version it was trained on, with "
+                        f"--reference DATASET@N (e.g. `reprise monitor {ref} --reference "
+                        "DATASET@3`).")
     raise UserError(f"{rec.ref} was trained on several dataset versions "
                     f"({', '.join(map(str, datasets))}); choose the reference with "
                     "--reference DATASET@N.")
