@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
 monitor_app = typer.Typer(
     cls=ModelRefGroup, no_args_is_help=True,
-    help="Monitoring: `reprise monitor NAME[@alias]` shows the live windows of a served "
-         "model (the `show` command); drift statistics, the request log, feedback.")
+    help="Monitoring: drift statistics, the request log, feedback. `reprise monitor "
+         "NAME[@alias]` shows a served model's live windows (the `show` command).")
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 PolicyOpt = Annotated[Path | None, typer.Option(
     "--policy", help="YAML drift policy (alpha, correction, min_rows, ks_max_rows, k, "
