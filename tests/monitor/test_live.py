@@ -131,6 +131,9 @@ def test_no_training_dataset_asks_for_a_reference(served: Any) -> None:
     ws, _ = served
     with pytest.raises(UserError, match="--reference DATASET@N"):
         live_report("churn@production", workspace=ws)
+    live_report("churn@production", workspace=ws, reference="train@1")
+    # given once, the reference is recorded on the version and reused
+    assert live_report("churn@production", workspace=ws).reference["dataset"] == "train@1"
     with pytest.raises(UserError, match="no alias"):
         live_report("churn@staging", workspace=ws)
 

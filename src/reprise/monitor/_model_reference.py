@@ -78,7 +78,9 @@ class ModelReference:
 def model_reference(ref: str, *, dataset: str | None = None, workspace: Any = None,
                     sample_rows: int = SAMPLE_ROWS, seed: int = 0) -> ModelReference:
     """The reference of the model version ``ref`` names (``NAME``, ``NAME@alias``,
-    ``NAME:V``), computed and recorded on first use, read back after.
+    ``NAME:V``), computed and recorded on first use, read back after (without
+    ``dataset``: the newest reference recorded on the version, else the training
+    dataset's).
 
     Args:
         dataset: ``DATASET@N`` whose rows are the reference (default: the training
@@ -95,10 +97,15 @@ def model_reference(ref: str, *, dataset: str | None = None, workspace: Any = No
 
     ws = _ws(workspace)
     rec = parse_ref(ws, ref)
-    chosen = dataset or _training_dataset(rec, ref)
-    stored = ws.metadata.get_monitor_reference(rec.name, rec.version, chosen)
+    # a reference recorded on the version (given once with --reference) is reused
+    stored = ws.metadata.get_monitor_reference(rec.name, rec.version, dataset)
     if stored is not None and ws.artifacts.exists(stored.artifact_hash):
         return _load(ws, stored.artifact_hash)
+    chosen = dataset or _training_dataset(rec, ref)
+    if chosen != dataset:
+        stored = ws.metadata.get_monitor_reference(rec.name, rec.version, chosen)
+        if stored is not None and ws.artifacts.exists(stored.artifact_hash):
+            return _load(ws, stored.artifact_hash)
     built = _build(ws, rec, chosen, sample_rows, seed)
     _save(ws, built)
     return built
