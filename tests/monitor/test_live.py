@@ -143,3 +143,20 @@ def test_bad_windows_are_refused(bad: Any) -> None:
     with pytest.raises(UserError, match="window"):
         parse_window(bad)
     assert parse_window("15m") == ("time", 900.0) and parse_window(None) == ("rows", 1000.0)
+
+
+def test_live_windows_on_both_metadata_stores(tmp_path: Path, store_url: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("REPRISE_STORE_URL", store_url)
+    ws, model = setup_model(tmp_path)
+    try:
+        log_traffic(ws, model, traffic(500, seed=12, shift=0.8), at=5000)
+        report = live_report("churn@production", workspace=ws, now=9000,
+                             reference="train@1")
+        assert [a.kind for a in report.alarms] == ["input_drift", "prediction_drift"]
+        (stored,) = ws.metadata.latest_monitor_windows()
+        assert (stored.rows, stored.input_verdict) == (500, "drift")
+        assert ws.metadata.get_monitor_reference("churn", 1).dataset == "train@1"
+    finally:
+        ws.close()
