@@ -160,3 +160,26 @@ def test_live_windows_on_both_metadata_stores(tmp_path: Path, store_url: str,
         assert ws.metadata.get_monitor_reference("churn", 1).dataset == "train@1"
     finally:
         ws.close()
+
+
+def test_row_windows_cut_across_chunks_aligned_on_the_newest_row(served: Any) -> None:
+    ws, model = served
+    for k in range(3):  # 3 chunks of 700 rows, 10 rows a request, one request a second
+        log_traffic(ws, model, traffic(700, seed=50 + k), at=1000.0 + 100 * k)
+    three = live_report("churn", workspace=ws, windows=3, now=9000, reference="train@1",
+                        persist=False)
+    assert [w.window.rows for w in three.windows] == [100, 1000, 1000]
+    two = live_report("churn", workspace=ws, windows=2, now=9000, reference="train@1",
+                      persist=False)
+    assert [w.window.rows for w in two.windows] == [1000, 1000]
+    assert [w.window for w in two.windows] == [w.window for w in three.windows[1:]]
+    assert two.windows[-1].window.end == 1269.0  # the newest request
+    assert live_report("churn", workspace=ws, window=5000, now=9000, reference="train@1",
+                       persist=False).windows[0].window.rows == 2100
+    # since and now cut by answer time, inside a chunk
+    # by time: answers in [now - 3·20 s, now], inside chunks; a window without traffic
+    # (1079.5..1099.5 falls between two chunks) is left out
+    cut = live_report("churn", workspace=ws, window="20s", windows=3, now=1119.5,
+                      reference="train@1", persist=False)
+    assert [(w.window.start, w.window.end, w.window.rows) for w in cut.windows] == \
+        [(1060.0, 1069.0, 100), (1100.0, 1119.0, 200)]
