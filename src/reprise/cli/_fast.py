@@ -149,7 +149,11 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
                         log_max_mb=log_max_mb or None,
                         slo_availability=slo_availability, slo_latency_ms=slo_latency_ms,
                         slo_latency_target=slo_latency_target, otel=otel)
-    run_server(RegistrySource(workspace()), refs, settings=settings, host=host, port=port,
+    from reprise.cli._drift_check import install_input_drift_check
+
+    source = RegistrySource(workspace())
+    install_input_drift_check(source.workspace)  # loads nothing until a policy asks
+    run_server(source, refs, settings=settings, host=host, port=port,
                log_level=log_level, access_log=access_log)
     return 0
 
