@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reprise.serve._batcher import Batcher, Closed, Overloaded, PredictFailed
+from reprise.serve._batcher import Batcher, Closed, Overloaded, PredictFailed, Worker
 from tests.serve.fakes import run
 
 
@@ -209,5 +209,153 @@ def test_concurrent_http_callers_each_get_their_own_rows(sizes: list[int],
                     score(row["x"], k, row["plan"], 1) for row in rows]
             await asyncio.gather(*(caller(k, n) for k, n in enumerate(sizes)))
         assert sum(source.models["churn"][1].batches) == sum(sizes) + 1  # + warm-up
+
+    run(main())
+
+
+# -- one worker thread shared by a model's versions (issue 14: a rollout's routing cost) --
+
+class Shared:
+    """Two versions' predict functions sharing one record of overlap and call order:
+    out = in * 10 + version."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.calls: list[tuple[int, int]] = []  # (version, rows) in call order
+        self.threads: set[int] = set()
+        self.active = self.max_active = 0
+
+    def version(self, v: int) -> Any:
+        def predict(columns: dict[str, Any]) -> dict[str, Any]:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+            self.threads.add(threading.get_ident())
+            self.calls.append((v, len(columns["v"])))
+            if self.delay:
+                time.sleep(self.delay)
+            self.active -= 1
+            return {"out": [x * 10 + v for x in columns["v"]]}
+        return predict
+
+
+def _pair(shared: Shared, worker: Worker, size: int = 64) -> tuple[Batcher, Batcher]:
+    """Versions 1 and 2 of a model, on ``worker``."""
+    def version(v: int) -> Batcher:
+        return Batcher(shared.version(v), dict, label=f"m-v{v}", max_batch_size=size,
+                       max_wait_s=0.002, budget_s=None, worker=worker)
+    return version(1), version(2)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([1, 2]), st.integers(1, 6)), min_size=1,
+                max_size=40), st.sampled_from([0.0, 0.0005]))
+def test_versions_sharing_a_worker_each_get_their_own_rows_one_call_at_a_time(
+        requests: list[tuple[int, int]], delay: float) -> None:
+    async def main() -> None:
+        shared = Shared(delay)
+        worker = Worker("m")
+        batchers = dict(zip((1, 2), _pair(shared, worker, size=8), strict=True))
+        start, calls = 0, []
+        for version, n in requests:
+            rows = list(range(start, start + n))
+            start += n
+
+            async def one(version: int = version, rows: list[int] = rows) -> None:
+                await asyncio.sleep(0)
+                result = await batchers[version].submit({"v": rows}, len(rows))
+                assert result.outputs == {"out": [x * 10 + version for x in rows]}
+            calls.append(one())
+        await asyncio.gather(*calls)
+        for v in (1, 2):  # every row computed once, by its own version
+            assert sum(n for u, n in shared.calls if u == v) == sum(
+                n for u, n in requests if u == v)
+        assert shared.max_active == 1 and len(shared.threads) == 1
+        assert threading.get_ident() not in shared.threads
+        for b in batchers.values():
+            b.close()
+        assert worker.closed
+
+    run(main())
+
+
+def test_a_version_waiting_for_the_shared_worker_takes_all_it_queued_meanwhile() -> None:
+    """While the other version computes, the minority version's requests gather: one call
+    for all of them, not one call each (a 10 % canary's batches of one or two rows)."""
+    async def main() -> None:
+        shared = Shared(0.05)
+        stable, candidate = _pair(shared, Worker("m"))
+        running = stable.submit({"v": [0]}, 1)
+        await asyncio.sleep(0.01)  # the stable call has started
+        waiting = []
+        for i in range(5):  # arriving one by one on different loop turns
+            waiting.append(candidate.submit({"v": [i]}, 1))
+            await asyncio.sleep(0.002)
+        results = await asyncio.gather(running, *waiting)
+        assert [r.outputs["out"] for r in results[1:]] == [[2], [12], [22], [32], [42]]
+        assert shared.calls == [(1, 1), (2, 5)]
+        stable.close()
+        candidate.close()
+
+    run(main())
+
+
+def test_turns_on_the_shared_worker_go_in_the_order_versions_became_ready() -> None:
+    async def main() -> None:
+        shared = Shared(0.03)
+        worker = Worker("m")
+        a, b = _pair(shared, worker)
+        first = a.submit({"v": [0]}, 1)
+        await asyncio.sleep(0.01)
+        second = b.submit({"v": [1]}, 1)  # ready while a runs: next turn
+        await asyncio.sleep(0.005)
+        third = a.submit({"v": [2]}, 1)  # ready after b: after b's call
+        await asyncio.gather(first, second, third)
+        assert shared.calls == [(1, 1), (2, 1), (1, 1)]
+        a.close()
+        b.close()
+
+    run(main())
+
+
+def test_closing_one_version_leaves_the_shared_worker_to_the_other() -> None:
+    async def main() -> None:
+        shared = Shared(0.02)
+        worker = Worker("m")
+        stable, candidate = _pair(shared, worker)
+        busy = stable.submit({"v": [0]}, 1)
+        await asyncio.sleep(0.005)
+        dropped = candidate.submit({"v": [1]}, 1)  # waits for its turn ...
+        candidate.close()  # ... and is failed, its turn given up
+        with pytest.raises(Closed):
+            await dropped
+        assert (await busy).outputs["out"] == [1]
+        assert (await stable.submit({"v": [3]}, 1)).outputs["out"] == [31]
+        assert not worker.closed and shared.calls == [(1, 1), (1, 1)]
+        with pytest.raises(Closed):
+            candidate.submit({"v": [4]}, 1)
+        stable.close()
+        assert worker.closed
+        with pytest.raises(Closed):  # a closed worker takes no new version
+            Batcher(shared.version(3), dict, label="m-v3", max_batch_size=4, max_wait_s=0,
+                    budget_s=None, worker=worker)
+
+    run(main())
+
+
+def test_the_latency_budget_counts_the_other_versions_call_ahead() -> None:
+    async def main() -> None:
+        shared = Shared(0.1)
+        worker = Worker("m")
+        stable, candidate = _pair(shared, worker)
+        await stable.submit({"v": [0]}, 1)  # ~0.1 s a call, learnt
+        await candidate.submit({"v": [0]}, 1)
+        busy = stable.submit({"v": [1]}, 1)
+        await asyncio.sleep(0.01)
+        queued = candidate.submit({"v": [1]}, 1)
+        # behind the stable call running now: about 0.1 s (running) + 0.1 s (its own)
+        assert candidate.estimate_wait(1) > 0.15
+        await asyncio.gather(busy, queued)
+        stable.close()
+        candidate.close()
 
     run(main())
