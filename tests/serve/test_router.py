@@ -344,9 +344,6 @@ def test_a_server_routes_records_and_gives_up_a_rollout(ws: Any) -> None:
         async with serving(RegistrySource(ws), ["churn@production"], settings) as (c, app):
             state = app.state.reprise
             await wait_until(lambda: "churn@production" in state.table.splits, 20)
-            split = state.table.splits["churn@production"]
-            # one predict thread for both versions: never two contending with the loop
-            assert split.stable.batcher.worker is split.candidate.batcher.worker
             listed = (await c.get("/v1/models")).json()["models"][0]
             assert listed["rollout"]["candidate"] == 2 and listed["rollout"]["weight"] == 30
             during = [await c.post("/v1/models/churn/predict", json=[row],
@@ -363,8 +360,6 @@ def test_a_server_routes_records_and_gives_up_a_rollout(ws: Any) -> None:
             after = [await c.post("/v1/models/churn/predict", json=[row])
                      for row in _rows(50)]
             await wait_until(lambda: 2 not in state.table.versions["churn"], 10)
-            # the released candidate gave up its turns; the stable version still answers
-            assert not split.stable.batcher.worker.closed
             return during, pinned, after, (await c.get("/metrics")).text
     during, pinned, after, metrics = run(main())
     assert all(r.status_code == 200 for r in during + pinned + after)

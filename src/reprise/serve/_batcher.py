@@ -1,9 +1,9 @@
 """Dynamic micro-batching for one model version.
 
 Written by hand: the policy is this server's own (no waiting when idle, gathering only
-while requests keep arriving, a latency budget that sheds load) and it needs a worker
-thread shared by the versions of a model plus per-caller futures on the event loop; Ray
-Serve's and BentoML's batchers come with their whole runtimes.
+while requests keep arriving, a latency budget that sheds load) and it needs one worker
+thread per version plus per-caller futures on the event loop; Ray Serve's and BentoML's
+batchers come with their whole runtimes.
 
 Policy:
 
@@ -14,14 +14,6 @@ Policy:
   one loop turn (microseconds), never ``max_wait``.
 * While a batch runs in the worker thread, new requests queue; when it finishes, the
   queue is dispatched the same way. Under load batches grow by themselves.
-* Batchers may share one :class:`Worker` (the server gives the versions of one model
-  name, a rollout's stable version and candidate, the same one): it runs one batch at a
-  time, and a batcher whose batch is gathered while another's runs waits its turn, in
-  the order they became ready, and takes *everything* queued by then (up to
-  ``max_batch_size``) when its turn comes. So there is never more than one predict
-  thread of a model contending with the event loop for the interpreter, and a version
-  with a small share of the traffic (a 10 % canary) gathers its requests while the
-  other version computes instead of paying a whole call for one or two rows.
 * A batch holds whole requests (a request larger than ``max_batch_size`` runs alone).
 * ``submit`` refuses (:class:`Overloaded`) a request whose estimated wait, from the queue
   ahead of it and a moving average of the model's call time (per row for requests larger
@@ -45,7 +37,7 @@ from typing import Any
 
 from reprise.core import new_id
 
-__all__ = ["Batcher", "Closed", "Overloaded", "PredictFailed", "Result", "Worker"]
+__all__ = ["Batcher", "Closed", "Overloaded", "PredictFailed", "Result"]
 
 _logger = logging.getLogger(__name__)
 _EWMA = 0.2  # weight of the newest call in the moving average of call times
@@ -102,74 +94,8 @@ def _no_depth(depth: int) -> None:
     pass
 
 
-class Worker:
-    """One predict thread, shared by batchers: one batch at a time, turns in the order the
-    batchers became ready. Used on one event loop only (no locks)."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"reprise-{label}")
-        self._running: Batcher | None = None  # whose batch runs now
-        self._waiting: deque[Batcher] = deque()  # ready batchers, in turn
-        self._users: set[Batcher] = set()
-        self.closed = False
-
-    def attach(self, batcher: Batcher) -> None:
-        if self.closed:
-            raise Closed(self.label)
-        self._users.add(batcher)
-
-    def detach(self, batcher: Batcher) -> None:
-        """``batcher`` is closed: it gives up its turn; the last one out ends the thread."""
-        self._users.discard(batcher)
-        if batcher in self._waiting:
-            self._waiting.remove(batcher)
-        if not self._users:
-            self.closed = True
-            self._executor.shutdown(wait=False)
-
-    def ready(self, batcher: Batcher) -> None:
-        """``batcher`` has gathered a batch: run it now if the thread is free, else queue
-        its turn."""
-        if self._running is None:
-            self._start(batcher)
-        elif batcher not in self._waiting:
-            self._waiting.append(batcher)
-
-    def ahead_s(self, batcher: Batcher) -> float:
-        """Estimated seconds of other batchers' calls that run before ``batcher``'s next."""
-        total = 0.0
-        if self._running is not None and self._running is not batcher:
-            total += self._running.running_s
-        for other in self._waiting:
-            if other is batcher:
-                break
-            total += other.next_call_s()
-        return total
-
-    def _start(self, batcher: Batcher) -> None:
-        if batcher._dispatch():
-            self._running = batcher
-        else:  # nothing left to compute (its callers went away): the next one's turn
-            self._next()
-
-    def submit(self, fn: Callable[..., None], *args: Any) -> None:
-        self._executor.submit(fn, *args)
-
-    def done(self, batcher: Batcher) -> None:
-        """``batcher``'s batch finished (on the loop): the next turn starts."""
-        if self._running is batcher:
-            self._running = None
-        self._next()
-
-    def _next(self) -> None:
-        while self._running is None and self._waiting:
-            self._start(self._waiting.popleft())
-
-
 class Batcher:
-    """Queue, batch and run ``predict`` for one model version in a worker thread (its
-    own, or a :class:`Worker` shared with other versions).
+    """Queue, batch and run ``predict`` for one model version in its own thread.
 
     Create it on the event loop that will call :meth:`submit`; everything but the
     ``predict`` call itself runs on that loop, so no locks are needed.
@@ -179,19 +105,16 @@ class Batcher:
                  convert: Callable[[Mapping[str, Any]], dict[str, Any]], *, label: str,
                  max_batch_size: int, max_wait_s: float, budget_s: float | None,
                  on_batch: Callable[[int, float], None] = _no_batch,
-                 on_depth: Callable[[int], None] = _no_depth,
-                 worker: Worker | None = None) -> None:
+                 on_depth: Callable[[int], None] = _no_depth) -> None:
         self._predict, self._convert, self.label = predict, convert, label
         self.max_batch_size, self._max_wait_s, self._budget_s = (
             max_batch_size, max_wait_s, budget_s)
         self._on_batch, self._on_depth = on_batch, on_depth
         self._loop = asyncio.get_running_loop()
-        self._worker = worker if worker is not None else Worker(label)
-        self._worker.attach(self)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"reprise-{label}")
         self._queue: deque[_Item] = deque()
         self._queued_rows = 0
         self._busy = self._gathering = self._closed = False
-        self._turn = False  # gathered, waiting for the worker
         self._seen, self._gather_start = 0, 0.0
         self.call_s: float | None = None  # moving average of one predict call
         # a request larger than max_batch_size runs alone, in one call whose time grows
@@ -203,11 +126,6 @@ class Batcher:
         self.cpu_s = 0.0  # CPU seconds of the worker thread in predict calls so far
         self._idle = asyncio.Event()
         self._idle.set()
-
-    @property
-    def worker(self) -> Worker:
-        """The predict thread it runs on (shared with the model's other versions)."""
-        return self._worker
 
     @property
     def busy(self) -> bool:
@@ -227,7 +145,7 @@ class Batcher:
         small_rows = self._queued_rows - self._queued_big_rows + (0 if big else rows)
         batches = math.ceil(small_rows / self.max_batch_size)
         running = self._running_s if self._busy else 0.0
-        return running + self._worker.ahead_s(self) + batches * self.call_s + self._big_s(
+        return running + batches * self.call_s + self._big_s(
             self._queued_big_rows + (rows if big else 0))
 
     def _big_s(self, rows: int) -> float:
@@ -235,16 +153,6 @@ class Batcher:
         assert self.call_s is not None
         per_row = self.row_s if self.row_s is not None else self.call_s / self.max_batch_size
         return rows * per_row
-
-    @property
-    def running_s(self) -> float:
-        """The estimated time of this batcher's call running now (0: none)."""
-        return self._running_s if self._busy else 0.0
-
-    def next_call_s(self) -> float:
-        """The estimated time of the call its queue's head would make."""
-        return self._call_estimate(min(self._queued_rows, self.max_batch_size)
-                                   if self._queued_rows else 0)
 
     def _call_estimate(self, rows: int) -> float:
         if self.call_s is None:
@@ -271,7 +179,7 @@ class Batcher:
         if rows > self.max_batch_size:
             self._queued_big_rows += rows
         self._idle.clear()
-        if not self._busy and not self._gathering and not self._turn:
+        if not self._busy and not self._gathering:
             self._start_gathering()
         return future
 
@@ -291,8 +199,7 @@ class Batcher:
             if not item.future.done():
                 item.future.set_exception(Closed(self.label))
         self._queued_rows = self._queued_big_rows = 0
-        self._turn = False
-        self._worker.detach(self)
+        self._executor.shutdown(wait=False)
 
     # -- gathering and dispatch (event loop) ------------------------------------------
 
@@ -302,24 +209,16 @@ class Batcher:
         self._loop.call_soon(self._gather)
 
     def _gather(self) -> None:
-        if self._closed:
-            self._gathering = False
-            return
         n = len(self._queue)
         if (n == self._seen or self._queued_rows >= self.max_batch_size
                 or time.perf_counter() - self._gather_start >= self._max_wait_s):
-            self._gathering, self._turn = False, True
-            self._worker.ready(self)  # now, or when the worker's other batch is done
+            self._dispatch()
         else:  # requests arrived during the last turn: give the next turn a chance too
             self._seen = n
             self._loop.call_soon(self._gather)
 
-    def _dispatch(self) -> bool:
-        """Take the queue's head as a batch and hand it to the worker thread (the worker's
-        turn has come); False when there was nothing to compute."""
-        self._turn = False
-        if self._closed:
-            return False
+    def _dispatch(self) -> None:
+        self._gathering = False
         batch: list[_Item] = []
         rows = 0
         queue = self._queue
@@ -335,13 +234,12 @@ class Batcher:
                 batch.append(item)
                 rows += item.rows
         self._on_depth(len(queue))
-        if not batch:  # (so the queue is empty: a batch takes at least its head)
+        if not batch:
             self._idle.set()
-            return False
+            return
         self._busy = True
         self._running_s = self._call_estimate(rows)
-        self._worker.submit(self._run, batch)
-        return True
+        self._executor.submit(self._run, batch)
 
     def _finish(self, batch: list[_Item], results: list[Result | PredictFailed],
                 seconds: float, cpu_s: float = 0.0) -> None:
@@ -364,7 +262,6 @@ class Batcher:
             self._start_gathering()
         else:
             self._idle.set()
-        self._worker.done(self)
 
     # -- the worker thread -------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reprise.registry import Servable, Signature, is_model_name
-from reprise.serve._batcher import Batcher, Worker
+from reprise.serve._batcher import Batcher
 from reprise.serve._http import HTTPError
 from reprise.serve._metrics import Metrics
 from reprise.serve._settings import ResolvedSettings
@@ -54,11 +54,9 @@ class ServedModel:
         return self.servable.version
 
     @classmethod
-    def create(cls, servable: Servable, settings: ResolvedSettings, metrics: Metrics,
-               worker: Worker | None = None) -> ServedModel:
-        """Wrap a loaded servable; call on the event loop (the batcher binds to it).
-        ``worker``: the predict thread it shares with the model's other versions (a
-        rollout's stable version and candidate); None: a thread of its own."""
+    def create(cls, servable: Servable, settings: ResolvedSettings,
+               metrics: Metrics) -> ServedModel:
+        """Wrap a loaded servable; call on the event loop (the batcher binds to it)."""
         sig = servable.signature.with_policy(extra_columns=settings.extra_columns,
                                              out_of_range=settings.out_of_range)
         name, version = servable.name, str(servable.version)
@@ -67,7 +65,7 @@ class ServedModel:
             max_batch_size=settings.max_batch_size, max_wait_s=settings.max_wait_ms / 1000,
             budget_s=settings.latency_budget_ms / 1000,
             on_batch=lambda rows, s: metrics.batch(name, version, rows, s),
-            on_depth=lambda depth: metrics.queue_depth(name, version, depth), worker=worker)
+            on_depth=lambda depth: metrics.queue_depth(name, version, depth))
         return cls(servable, sig, batcher, metrics)
 
     async def warm_up(self) -> None:

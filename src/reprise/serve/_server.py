@@ -19,7 +19,6 @@ from typing import Any
 
 from reprise.core.errors import UserError
 from reprise.registry import ModelSource
-from reprise.serve._batcher import Worker
 from reprise.serve._metrics import Metrics
 from reprise.serve._models import ModelTable, ServedModel, is_pinned, name_of
 from reprise.serve._policy import Policy
@@ -66,8 +65,6 @@ class ServerState:
         self._retiring: set[asyncio.Task[None]] = set()  # draining old versions: awaited
         self._bad_versions: dict[str, int] = {}  # ref -> version that failed to load
         self._unresolved: set[str] = set()  # refs whose last resolve failed
-        # model name -> the one predict thread its versions share (_batcher.Worker)
-        self._workers: dict[str, Worker] = {}
         workspace = getattr(source, "workspace", None)  # the registry's: rollouts live there
         self.rollouts = RolloutController(self, workspace) if workspace is not None else None
         from reprise.serve._reqlog import create_request_logger
@@ -132,8 +129,7 @@ class ServerState:
 
     async def _load(self, name: str, version: int) -> ServedModel:
         servable = await asyncio.to_thread(self.source.load, name, version)
-        model = ServedModel.create(servable, self.settings.for_model(name), self.metrics,
-                                   self._worker(name))
+        model = ServedModel.create(servable, self.settings.for_model(name), self.metrics)
         try:
             await model.warm_up()
         except BaseException:
@@ -141,15 +137,6 @@ class ServerState:
             raise
         self.metrics.served(name, str(version), True)
         return model
-
-    def _worker(self, name: str) -> Worker:
-        """The predict thread of ``name``'s versions: a rollout's candidate computes in
-        turn with the stable version, not in a second thread contending with the event
-        loop for the interpreter (a new one once every version of it was released)."""
-        worker = self._workers.get(name)
-        if worker is None or worker.closed:
-            worker = self._workers[name] = Worker(name)
-        return worker
 
     async def _follow(self, ref: str) -> None:
         """Poll where ``ref`` points; load, warm up and swap in a new version when it moves.
