@@ -382,6 +382,9 @@ class Shadow:
     async def _work(self) -> None:
         stable = self.split.stable.batcher
         while True:
+            # a turn of the loop for live requests between batches: a batch's own loop
+            # work (merging its copies, comparing the answers) is a millisecond or two
+            await asyncio.sleep(0)
             self._report_drops()
             if not self._queue:
                 self._wake.clear()
@@ -446,10 +449,10 @@ class Shadow:
         keys = split.output_keys(result.outputs)
         split.outcomes.add(split.rollout, cand.version, requests=len(batch), seconds=seconds,
                            outputs=Counter(keys))
+        self.metrics.rollout_request(split.rollout.id, cand.name, cand.version, "candidate",
+                                     "shadow", error=False, seconds=seconds, n=len(batch))
         compared = agreed = i = 0
         for copy in batch:
-            self.metrics.rollout_request(split.rollout.id, cand.name, cand.version,
-                                         "candidate", "shadow", error=False, seconds=seconds)
             stable = split.output_keys(copy.stable.outputs)
             if stable:
                 compared += 1
