@@ -382,9 +382,6 @@ class Shadow:
     async def _work(self) -> None:
         stable = self.split.stable.batcher
         while True:
-            # a turn of the loop for live requests between batches: a batch's own loop
-            # work (merging its copies, comparing the answers) is a millisecond or two
-            await asyncio.sleep(0)
             self._report_drops()
             if not self._queue:
                 self._wake.clear()
