@@ -25,6 +25,13 @@ answer v2 gave a client. Goal: one interval plus at most 1 s.
 
 The load average and CPU counts are recorded: on a shared 2-core machine the load
 generator, the server and everyone else compete for the same cores.
+
+Where the time goes, per measurement: the server's CPU per answer split into its event
+loop's thread and all its other threads (the versions' predict threads, the rollout
+controller's store calls; from ``/proc``), and each version's predict calls per answer
+and rows per call (``reprise_batch_size_rows`` in ``/metrics``): a canary's cost is
+mostly the candidate's own predict calls, one more per batching cycle, each paying the
+model's fixed per-call cost for a couple of rows.
 """
 
 from __future__ import annotations
@@ -162,7 +169,8 @@ def stop(server: Server) -> None:
 
 
 def counters(server: Server) -> dict[str, float]:
-    """Requests answered per version, shadow copies per outcome (from /metrics)."""
+    """Requests answered per version, shadow copies per outcome, predict calls and their
+    rows per version (from /metrics)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     text = httpx.get(server.url + "/metrics", timeout=10).text
@@ -174,6 +182,10 @@ def counters(server: Server) -> dict[str, float]:
                 out[key] = out.get(key, 0.0) + s.value
             elif s.name == "reprise_shadow_copies_total":
                 out[f"shadow_{s.labels['outcome']}"] = s.value
+            elif s.name in ("reprise_batch_size_rows_count", "reprise_batch_size_rows_sum") \
+                    and s.labels.get("model") == "lr":
+                what = "calls" if s.name.endswith("_count") else "rows"
+                out[f"{what}_v{s.labels['version']}"] = s.value
     return out
 
 
@@ -182,6 +194,25 @@ def cpu_seconds(server: Server) -> float:
     assert server.proc is not None
     fields = Path(f"/proc/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu_seconds(server: Server) -> tuple[float, float]:
+    """CPU seconds so far of the server's main thread (its event loop) and of all its other
+    threads together (predict threads, store calls), from /proc."""
+    assert server.proc is not None
+    pid, tick = server.proc.pid, os.sysconf("SC_CLK_TCK")
+    main = other = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        seconds = (int(fields[11]) + int(fields[12])) / tick
+        if task.name == str(pid):
+            main += seconds
+        else:
+            other += seconds
+    return main, other
 
 
 def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
@@ -193,15 +224,23 @@ def measure(wrk: str, servers: list[Server], body: Path, repeats: int, seconds: 
         order = servers[r % len(servers):] + servers[:r % len(servers)]
         for s in order:
             run_wrk(wrk, _target(s), body, CONCURRENCY, 1)  # warm-up
-            before, cpu = counters(s), cpu_seconds(s)
+            before, cpu, threads = counters(s), cpu_seconds(s), thread_cpu_seconds(s)
             sample: dict[str, Any] = run_wrk(wrk, _target(s), body, CONCURRENCY, seconds)
             cpu = cpu_seconds(s) - cpu
+            loop_s, other_s = (b - a for a, b in zip(threads, thread_cpu_seconds(s),
+                                                     strict=True))
             seen = _delta(counters(s), before)
             answered = seen.get("requests_v1", 0.0) + seen.get("requests_v2", 0.0)
             # CPU per answer: what the routing or the shadow costs the server, less
             # sensitive than requests/s to what else runs on a shared machine
             sample["cpu_us_per_request"] = cpu / max(1.0, answered) * 1e6
             sample["candidate_share"] = seen.get("requests_v2", 0.0) / max(1.0, answered)
+            sample["loop_cpu_us_per_request"] = loop_s / max(1.0, answered) * 1e6
+            sample["other_threads_cpu_us_per_request"] = other_s / max(1.0, answered) * 1e6
+            for v in (1, 2):  # predict calls per answer, rows per call (shadow: copies)
+                calls = seen.get(f"calls_v{v}", 0.0)
+                sample[f"v{v}_calls_per_request"] = calls / max(1.0, answered)
+                sample[f"v{v}_rows_per_call"] = seen.get(f"rows_v{v}", 0.0) / max(1.0, calls)
             for outcome in ("compared", "agreed", "dropped", "failed"):
                 sample[f"shadow_{outcome}"] = seen.get(f"shadow_{outcome}", 0.0)
             sample["load1"] = os.getloadavg()[0]
@@ -212,7 +251,10 @@ def measure(wrk: str, servers: list[Server], body: Path, repeats: int, seconds: 
             print(f"  round {r + 1} {s.name:7s} c={CONCURRENCY} {sample['rps']:>8,.0f} req/s  "
                   f"p50 {sample['p50_ms']:6.2f} ms  p99 {sample['p99_ms']:6.2f} ms  "
                   f"errors {sample['errors']:.0f}  cpu {sample['cpu_us_per_request']:.0f} "
-                  f"us/req{extra}", flush=True)
+                  f"us/req (loop {sample['loop_cpu_us_per_request']:.0f})  calls/req "
+                  f"{sample['v1_calls_per_request']:.3f}+{sample['v2_calls_per_request']:.3f} "
+                  f"rows/call {sample['v1_rows_per_call']:.1f}, "
+                  f"{sample['v2_rows_per_call']:.1f}{extra}", flush=True)
 
 
 class _Target:
@@ -369,7 +411,13 @@ def summarise(servers: list[Server], reactions: list[dict[str, Any]]
     med = statistics.median
     by = {s.name: s for s in servers}
     figures = {f"{s.name}_c32_{k}": med(x[k] for x in s.samples)
-               for s in servers for k in ("rps", "p50_ms", "p99_ms", "cpu_us_per_request")}
+               for s in servers for k in ("rps", "p50_ms", "p99_ms", "cpu_us_per_request",
+                                          "loop_cpu_us_per_request",
+                                          "other_threads_cpu_us_per_request",
+                                          "v1_calls_per_request", "v1_rows_per_call")}
+    for name in ("canary", "shadow"):
+        for k in ("v2_calls_per_request", "v2_rows_per_call"):
+            figures[f"{name}_c32_{k}"] = med(x[k] for x in by[name].samples)
     figures["canary_candidate_share"] = med(x["candidate_share"] for x in by["canary"].samples)
     for outcome in ("compared", "dropped", "failed"):
         figures[f"shadow_copies_{outcome}_per_s"] = med(

@@ -124,3 +124,28 @@ def test_a_shadowed_candidate_is_counted_in_shadow_mode(ws: Any) -> None:
     samples = run(main())
     assert _series(samples, "reprise_rollout_requests_total") == {
         ("1", "stable", "live"): 40.0, ("2", "candidate", "shadow"): 40.0}
+
+
+@pytest.mark.parametrize("seconds", [0.0004, 0.001, 0.0123, 0.07, 2.0, 99.0])
+def test_a_shadow_batch_counted_at_once_reads_as_that_many_answers(seconds: float) -> None:
+    """The shadow counts a batch of copies with one call (the event loop is not held for
+    hundreds of them); the series read exactly as one call per copy would leave them."""
+    from reprise.serve._metrics import Metrics
+
+    one_by_one, at_once = Metrics(), Metrics()
+    for error in (False, True):
+        for _ in range(7):
+            one_by_one.rollout_request("r1", "churn", 2, "candidate", "shadow", error=error,
+                                       seconds=seconds)
+        at_once.rollout_request("r1", "churn", 2, "candidate", "shadow", error=error,
+                                seconds=seconds, n=7)
+
+    def values(m: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(m.render()[0].decode())
+                for s in family.samples if not s.name.endswith("_created")}
+    expected = values(one_by_one)
+    assert values(at_once) == pytest.approx(expected, rel=1e-12)  # (sums: rounding)
+    assert expected[("reprise_rollout_requests_total",
+                     (("mode", "shadow"), ("model", "churn"), ("role", "candidate"),
+                      ("rollout", "r1"), ("version", "2")))] == 14

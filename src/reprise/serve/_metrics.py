@@ -4,6 +4,7 @@ tests, do not share counters). Label children are cached: looking one up through
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any
 
 from reprise.core._rollout_types import LATENCY_BOUNDS_MS
@@ -109,18 +110,23 @@ class Metrics:
         self._child(self._weight, model, version, rollout).set(weight)
 
     def rollout_request(self, rollout: str, model: str, version: int, role: str, mode: str,
-                        *, error: bool, seconds: float) -> None:
-        """Count one answer of ``version`` in ``rollout`` (``mode``: live or shadow)."""
+                        *, error: bool, seconds: float, n: int = 1) -> None:
+        """Count one answer of ``version`` in ``rollout`` (``mode``: live or shadow), or
+        ``n`` alike (a shadow's batch of copies: one call, not one per copy, so that the
+        event loop counts a batch of hundreds at once)."""
         series = self._rollouts.get((rollout, version, mode))
         if series is None:
             labels = (model, str(version), rollout, role, mode)
             series = self._rollouts[(rollout, version, mode)] = (
                 labels, self._r_requests.labels(*labels), self._r_errors.labels(*labels),
                 self._r_latency.labels(*labels))
-        series[1].inc()
+        series[1].inc(n)
         if error:
-            series[2].inc()
-        series[3].observe(seconds)
+            series[2].inc(n)
+        if n == 1:
+            series[3].observe(seconds)
+        else:
+            _observe_many(series[3], seconds, n)
 
     def rollout_ended(self, model: str, rollout: str, versions: tuple[str, ...]) -> None:
         """Drop a finished rollout's series (a server runs many rollouts in its life)."""
@@ -143,3 +149,17 @@ class Metrics:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def _observe_many(histogram: Any, value: float, n: int) -> None:
+    """``n`` observations of ``value`` in a histogram child at once: its sum grows by
+    ``n * value`` and the bucket of ``value`` by ``n``, as ``n`` calls of ``observe`` would
+    leave them (prometheus_client's child keeps cumulative counts only at exposition)."""
+    bounds, buckets, total = (getattr(histogram, a, None)
+                              for a in ("_upper_bounds", "_buckets", "_sum"))
+    if bounds is None or buckets is None or total is None or n < 1:
+        for _ in range(max(0, n)):  # another prometheus_client: the plain way
+            histogram.observe(value)
+        return
+    total.inc(value * n)
+    buckets[bisect_left(bounds, value)].inc(n)

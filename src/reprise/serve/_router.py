@@ -446,10 +446,10 @@ class Shadow:
         keys = split.output_keys(result.outputs)
         split.outcomes.add(split.rollout, cand.version, requests=len(batch), seconds=seconds,
                            outputs=Counter(keys))
+        self.metrics.rollout_request(split.rollout.id, cand.name, cand.version, "candidate",
+                                     "shadow", error=False, seconds=seconds, n=len(batch))
         compared = agreed = i = 0
         for copy in batch:
-            self.metrics.rollout_request(split.rollout.id, cand.name, cand.version,
-                                         "candidate", "shadow", error=False, seconds=seconds)
             stable = split.output_keys(copy.stable.outputs)
             if stable:
                 compared += 1
