@@ -149,23 +149,24 @@ def _blocked(ws: Any, subject: str, pol: TriggerPolicy, action: str,
     if not starts:
         return None
     last = starts[-1]
+    at = float(last.payload.get("at", last.time))  # the watcher's clock (a parameter)
     ended = {e.payload.get("started_seq") for e in events
              if e.action in ("monitor.action.succeeded", "monitor.action.failed")}
     limit = (pol.retrain.timeout_s if action == "retrain" and pol.retrain is not None
              else NOTIFY_IN_FLIGHT_S if action == "notify" else 600.0)
-    if last.seq not in ended and now - last.time < limit:
-        return "in_flight", {"started_seq": last.seq, "started_at": last.time,
+    if last.seq not in ended and now - at < limit:
+        return "in_flight", {"started_seq": last.seq, "started_at": at,
                              "alarm_in_flight": last.payload.get("alarm")}
     cooldown = pol.cooldown_s.get(action, 0.0)
-    if now - last.time < cooldown:
-        return "cooldown", {"last_started_at": last.time, "cooldown_s": cooldown,
-                            "free_at": last.time + cooldown}
+    if now - at < cooldown:
+        return "cooldown", {"last_started_at": at, "cooldown_s": cooldown,
+                            "free_at": at + cooldown}
     return None
 
 
 def _act(ws: Any, who: str, subject: str, name: str, alias: str, pol: TriggerPolicy,
          alarm: Alarm, action: str, actions: LoopActions, now: float) -> dict[str, Any]:
-    base = {"alarm": alarm.id, "kind": alarm.kind, "action": action,
+    base = {"alarm": alarm.id, "kind": alarm.kind, "action": action, "at": now,
             "window": alarm.window.to_dict(), "evidence": alarm.evidence}
     blocked = _blocked(ws, subject, pol, action, now)
     if blocked is not None:
