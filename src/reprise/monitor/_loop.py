@@ -37,7 +37,8 @@ from reprise.core.errors import UserError
 from reprise.monitor._alarm import Alarm
 from reprise.monitor._triggers import TriggerPolicy, load_trigger_policy
 
-__all__ = ["LoopActions", "TickResult", "lease_key", "loop_events", "watch", "watch_once"]
+__all__ = ["LoopActions", "TickResult", "lease_key", "live_detector", "loop_events", "watch",
+           "watch_once"]
 
 log = logging.getLogger("reprise.monitor.loop")
 
@@ -105,6 +106,25 @@ def loop_events(ws: Any, subject: str) -> list[Any]:
     """The audit events of the loop on ``subject`` (``NAME@ALIAS``), oldest first."""
     return [e for e in ws.metadata.list_audit_events()
             if e.subject == subject and e.action.startswith("monitor.")]
+
+
+def live_detector(ref: str, *, workspace: Any = None, window: Any = None) -> Detector:
+    """The detector of live traffic: the alarms of ``live_report(ref, window=...)``."""
+    import importlib
+
+    try:
+        live = importlib.import_module("reprise.monitor._live")
+    except ModuleNotFoundError:
+        raise UserError("this installation has no live drift detector "
+                        "(reprise.monitor._live); upgrade Reprise") from None
+
+    def detect() -> list[Alarm]:
+        kwargs: dict[str, Any] = {"workspace": workspace}
+        if window is not None:
+            kwargs["window"] = window
+        return list(live.live_report(ref, **kwargs).alarms)
+
+    return detect
 
 
 def watch_once(ref: str, policy: Any, detector: Detector, *, workspace: Any = None,
