@@ -6,6 +6,7 @@ import abc
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from reprise.core._monitor_types import MonitorReferenceRecord, WindowRecord
 from reprise.core._reqlog_types import RequestChunk
 from reprise.core._rollout_types import BucketRow, RolloutRecord
 from reprise.core._types import (
@@ -379,6 +380,33 @@ class BaseMetadataStore(abc.ABC):
                      ) -> dict[str, tuple[str, float]]:
         """``request id -> (label as JSON, received at)`` of model ``name`` (only
         ``request_ids`` when given)."""
+
+    # -- monitoring -------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def put_monitor_reference(self, record: MonitorReferenceRecord,
+                              artifact: ArtifactRecord) -> None:
+        """Record ``artifact`` (the fitted reference, a complete blob) and which reference
+        ``record`` says a model version is judged against, in one transaction (the same
+        model, version and dataset again: replaced)."""
+
+    @abc.abstractmethod
+    def get_monitor_reference(self, name: str, version: int, dataset: str | None = None,
+                              ) -> MonitorReferenceRecord | None:
+        """The newest reference recorded for ``name:version`` (of ``dataset`` if given)."""
+
+    @abc.abstractmethod
+    def add_monitor_windows(self, records: Sequence[WindowRecord]) -> None:
+        """Store window summaries; a window already stored (same id) is replaced."""
+
+    @abc.abstractmethod
+    def list_monitor_windows(self, name: str | None = None, *, version: int | None = None,
+                             limit: int | None = None) -> list[WindowRecord]:
+        """Window summaries, newest window end first."""
+
+    @abc.abstractmethod
+    def latest_monitor_windows(self) -> list[WindowRecord]:
+        """The newest window summary of every (model, version)."""
 
     def close(self) -> None:
         """Release connections."""

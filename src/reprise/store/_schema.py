@@ -327,3 +327,36 @@ feedback = Table(
     Column("label", Text, nullable=False),  # JSON: a string, number or boolean
     Column("received_at", Float, nullable=False),
 )
+
+# --- revision 0008: monitoring (drift references of model versions, live windows) -------
+
+monitor_references = Table(
+    "monitor_references",
+    metadata,
+    Column("name", NAME, primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("dataset", String(300), primary_key=True),  # the reference rows: NAME@N
+    Column("artifact_hash", HASH, ForeignKey("artifacts.hash"), nullable=False),
+    Column("sample_rows", BigInteger, nullable=False),
+    Column("predictions", String(32), nullable=False),  # validation | reference_sample
+    Column("created_at", Float, nullable=False),
+)
+
+monitor_windows = Table(
+    "monitor_windows",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("name", NAME, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("start", Float, nullable=False),
+    Column("end", Float, nullable=False),
+    Column("rows", BigInteger, nullable=False),
+    Column("labelled", BigInteger, nullable=False),
+    Column("input_verdict", String(16), nullable=False),
+    Column("prediction_verdict", String(16), nullable=False),
+    Column("performance_verdict", String(16), nullable=False),
+    Column("reference_hash", HASH, nullable=False),
+    Column("summary", Text, nullable=False),  # JSON: per-column statistics, alarms
+    Column("computed_at", Float, nullable=False),
+    Index("ix_monitor_windows_name_end", "name", "end"),
+)

@@ -42,6 +42,7 @@ from reprise.store._rows import artifact_record as _artifact_record
 from reprise.store._rows import dataset_record as _dataset_record
 from reprise.store._rows import latest_metrics_sql, latest_point
 from reprise.store._rows import run_record as _record
+from reprise.store._sql_monitor import SqlMonitorMixin
 from reprise.store._sql_registry import SqlRegistryMixin
 from reprise.store._sql_reqlog import SqlRequestLogMixin
 from reprise.store._sql_rollouts import SqlRolloutMixin
@@ -114,8 +115,8 @@ def _is_lock_error(exc: OperationalError) -> bool:
     return "locked" in text or "busy" in text or "deadlock" in text
 
 
-class SqlMetadataStore(SqlRequestLogMixin, SqlRolloutMixin, SqlRegistryMixin,
-                       BaseMetadataStore):
+class SqlMetadataStore(SqlMonitorMixin, SqlRequestLogMixin, SqlRolloutMixin,
+                       SqlRegistryMixin, BaseMetadataStore):
     """:class:`BaseMetadataStore` on any SQLAlchemy database (tested: SQLite, PostgreSQL).
 
     Example:
@@ -452,7 +453,8 @@ class SqlMetadataStore(SqlRequestLogMixin, SqlRolloutMixin, SqlRegistryMixin,
     def referenced_artifact_hashes(self) -> set[str]:
         refs = [s.run_artifacts.c.artifact_hash, s.step_inputs.c.artifact_hash,
                 s.step_outputs.c.artifact_hash, s.datasets.c.artifact_hash,
-                s.model_versions.c.package_hash, s.request_log.c.artifact_hash]
+                s.model_versions.c.package_hash, s.request_log.c.artifact_hash,
+                s.monitor_references.c.artifact_hash]
         out: set[str] = set()
         with self.engine.connect() as conn:
             for col in refs:
