@@ -67,7 +67,9 @@ def test_policy_parses_from_yaml(tmp_path: Path) -> None:
     assert pol.actions_for("prediction_drift") == []
     assert pol.cooldown_s["retrain"] == 3600 and pol.cooldown_s["notify"] == 300
     assert pol.retrain is not None and pol.retrain.rollout == {
-        "strategy": "canary", "steps": [50, 100], "interval": 2.0}
+        "strategy": "canary", "steps": [50, 100], "interval": 2.0,
+        "policy": {"prediction_shift": {"max_distance": None}}}
+    assert pol.repeat_s == 3600
     assert pol.notify is not None and pol.notify.timeout_s == 2.0
     assert "secret" not in json.dumps(pol.to_dict())
 
@@ -88,6 +90,8 @@ def test_policy_parses_from_yaml(tmp_path: Path) -> None:
     ({"notify": {"url": "ftp://x"}}, ["notify.url", "http://"]),
     ({"notify": {"url": "http://x", "timeout": "5m"}}, ["notify.timeout", "at most 60s"]),
     ({"notify": None}, ["no notify.url"]),
+    ({"window": 0}, ["window must be", "15m"]),
+    ({"repeat": "often"}, ["repeat", "'often'"]),
 ])
 def test_bad_policies_name_the_key_and_the_fix(change: dict[str, Any], words: list[str]) -> None:
     with pytest.raises(ConfigError) as err:
@@ -107,7 +111,8 @@ def test_unreadable_and_non_mapping_files(tmp_path: Path) -> None:
 # -- the engine ---------------------------------------------------------------------------
 
 def notify_only(cooldown: str = "5m") -> dict[str, Any]:
-    return {"rules": [{"on": "input_drift", "do": "notify"}], "cooldown": {"notify": cooldown},
+    return {"rules": [{"on": ["input_drift", "prediction_drift"], "do": "notify"}],
+            "cooldown": {"notify": cooldown},
             "notify": {"url": "http://127.0.0.1:9/hook"}}
 
 
@@ -137,13 +142,20 @@ def test_an_alarm_is_acted_on_once_and_the_cooldown_holds_across_restarts(ws: An
     again = watch_once("churn@production", notify_only(), lambda: [a1], workspace=ws,
                        holder="w1", now=T0 + 10, actions=acts)
     assert again.new_alarms == [] and again.actions == []
-    # a new alarm within the cooldown, seen by another process (a new holder, the lease
-    # given up): recorded, the action skipped by the cooldown the audit log remembers
+    # a new alarm of another kind within the cooldown, seen by another process (a new
+    # holder, the lease given up): recorded, the action skipped by the cooldown the audit
+    # log remembers
     ws.metadata.release_lease("monitor:churn@production", "w1")
-    a2 = alarm(start=T0 + 60)
+    a2 = alarm("prediction_drift", start=T0 + 60)
     res2 = watch_once("churn@production", notify_only(), lambda: [a2], workspace=ws,
                       holder="w2", now=T0 + 120, actions=LoopActions(notify=sent))
     assert res2.actions[0]["outcome"] == "skipped" and res2.actions[0]["reason"] == "cooldown"
+    # the first incident goes on (the window slid: a new id), its action held back: a
+    # repeat, counted but not recorded
+    a1b = alarm(start=T0 + 30)
+    res2b = watch_once("churn@production", notify_only(), lambda: [a1b], workspace=ws,
+                       holder="w2", now=T0 + 130, actions=LoopActions(notify=sent))
+    assert res2b.repeated == [a1b.id] and res2b.new_alarms == [] and res2b.actions == []
     # after the cooldown, a third alarm is acted on
     a3 = alarm(start=T0 + 600)
     res3 = watch_once("churn@production", notify_only(), lambda: [a3], workspace=ws,

@@ -68,7 +68,8 @@ def test_retrain_on_the_newest_version_gates_registers_rolls_out_and_names_the_a
     assert result["dataset"] == "points@2" and result["version"] == 2
     assert result["rollout"] == "rollout-1" and result["production"] == "points:1"
     assert started == [("points", 2, "production",
-                        {"strategy": "canary", "steps": [50, 100], "interval": 1.0})]
+                        {"strategy": "canary", "steps": [50, 100], "interval": 1.0,
+                         "policy": {"prediction_shift": {"max_distance": None}}})]
     policy_gates = [g for g in result["gates"] if g["source"] == "policy"]
     assert policy_gates[0]["baseline_model"] == "points:1" and policy_gates[0]["passed"]
     assert ws.metadata.get_aliases("points")["production"] == 1  # never promoted by the loop

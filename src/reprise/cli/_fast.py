@@ -245,6 +245,8 @@ def _serve_parser() -> argparse.ArgumentParser:
     ap.add_argument("--slo-latency-ms", type=float, default=None)
     ap.add_argument("--slo-latency-target", type=float, default=0.99)
     ap.add_argument("--otel", action="store_true")
+    ap.add_argument("--monitor", default=None)
+    ap.add_argument("--monitor-interval", type=float, default=60.0)
     return ap
 
 

@@ -31,7 +31,8 @@ def loop_actions(ws: Any) -> Any:
     def start(name: str, version: int, alias: str, settings: dict[str, Any]) -> Any:
         return start_rollout(name, version, alias=alias, strategy=settings["strategy"],
                              steps=settings.get("steps"),
-                             interval=settings.get("interval", "60s"), workspace=ws)
+                             interval=settings.get("interval", "60s"),
+                             policy=settings.get("policy"), workspace=ws)
 
     return LoopActions(abort_rollout=abort, start_rollout=start)
 
@@ -54,7 +55,7 @@ def start_watchers(refs: list[str], policy: Path, *, interval_s: float
     stop = threading.Event()
     threads = [threading.Thread(
         target=watch, name=f"reprise-monitor-{ref}", daemon=True,
-        args=(ref, pol, live_detector(ref, workspace=ws)),
+        args=(ref, pol, live_detector(ref, workspace=ws, window=pol.window)),
         kwargs={"workspace": ws, "interval_s": interval_s, "actions": loop_actions(ws),
                 "stop": stop}) for ref in watched]
     for t in threads:
@@ -73,7 +74,8 @@ def add_watch_command(app: typer.Typer) -> None:
         interval: Annotated[float, typer.Option(
             "--interval", help="Seconds between two looks at the traffic.")] = 60.0,
         window: Annotated[int | None, typer.Option(
-            "--window", help="Requests per window judged (default: the detector's).")
+            "--window", help="Requests per window judged (default: the policy's window, "
+            "else 1,000).")
         ] = None,
         once: Annotated[bool, typer.Option(
             "--once", help="Look once, act, print what was done, and exit.")] = False,
@@ -90,7 +92,8 @@ def add_watch_command(app: typer.Typer) -> None:
             raise UserError(f"--interval must be more than 0 seconds, not {interval}.")
         pol = load_trigger_policy(policy)
         ws = _ws()
-        detect = live_detector(ref, workspace=ws, window=window)
+        detect = live_detector(ref, workspace=ws,
+                               window=window if window is not None else pol.window)
         if once:
             res = watch_once(ref, pol, detect, workspace=ws, actions=loop_actions(ws))
             _print(ref, res, as_json)

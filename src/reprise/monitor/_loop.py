@@ -10,7 +10,10 @@ across processes and restarts without a table of their own:
 
 * ``monitor.alarm`` — an alarm (its id, kind, window, evidence); an alarm id already in
   the log is not acted on again (ids are content hashes: the same finding re-detected
-  by a restarted watcher is the same alarm);
+  by a restarted watcher is the same alarm). A window that slides over drifted traffic
+  raises a new alarm each round; one of the same kind on the same version within the
+  policy's ``repeat`` time of the last recorded one, when every action it calls for is
+  held back anyway, is the same incident: counted in the round's result, not recorded;
 * ``monitor.action.started`` / ``.succeeded`` / ``.failed`` — an action and its result;
 * ``monitor.action.skipped`` — an action the policy called for but the cooldown (the
   last start of that action on this model was too recent) or the in-flight limit (one
@@ -71,11 +74,13 @@ class TickResult:
     leader: bool
     alarms: list[Alarm] = field(default_factory=list)
     new_alarms: list[str] = field(default_factory=list)
+    repeated: list[str] = field(default_factory=list)  # alarms of an incident already acted on
     actions: list[dict[str, Any]] = field(default_factory=list)  # action, outcome, ...
 
     def to_dict(self) -> dict[str, Any]:
         return {"leader": self.leader, "alarms": [a.to_dict() for a in self.alarms],
-                "new_alarms": self.new_alarms, "actions": self.actions}
+                "new_alarms": self.new_alarms, "repeated": self.repeated,
+                "actions": self.actions}
 
 
 def lease_key(name: str, alias: str) -> str:
@@ -143,18 +148,31 @@ def watch_once(ref: str, policy: Any, detector: Detector, *, workspace: Any = No
     subject = f"{name}@{alias}"
     events = loop_events(ws, subject)
     seen = {e.payload.get("alarm") for e in events if e.action == "monitor.alarm"}
+    last = {_incident(e.payload): float(e.payload.get("at", e.time)) for e in events
+            if e.action == "monitor.alarm"}
     result = TickResult(leader=True, alarms=alarms)
     for alarm in alarms:
         if alarm.id in seen:
             continue
+        key = _incident(alarm.to_dict())
+        if key in last and t - last[key] < pol.repeat_s and all(
+                _blocked(ws, subject, pol, a, t) for a in pol.actions_for(alarm.kind)):
+            result.repeated.append(alarm.id)  # the same incident, nothing new to do
+            continue
         seen.add(alarm.id)
+        last[key] = t
         result.new_alarms.append(alarm.id)
-        _audit(ws, who, "monitor.alarm", subject, {"alarm": alarm.id, **alarm.to_dict()})
+        _audit(ws, who, "monitor.alarm", subject,
+               {"alarm": alarm.id, "at": t, **alarm.to_dict()})
         log.warning("alarm %s on %s: %s", alarm.id, subject, alarm.message)
         for action in pol.actions_for(alarm.kind):
             result.actions.append(_act(ws, who, subject, name, alias, pol, alarm, action,
                                        actions or LoopActions(), t))
     return result
+
+
+def _incident(d: dict[str, Any]) -> tuple[Any, Any, Any]:
+    return d.get("model"), d.get("version"), d.get("kind")
 
 
 def _audit(ws: Any, who: str, action: str, subject: str, payload: dict[str, Any]) -> None:

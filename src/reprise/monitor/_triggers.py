@@ -2,6 +2,9 @@
 
 A YAML file (or a mapping)::
 
+    window: 1000                 # what the detector judges: the newest N requests, or 15m
+    repeat: 1h                   # a same-kind alarm on the same version within this time,
+                                 # while its actions are held back, is the same incident
     rules:                       # alarm kinds -> actions, in the order given
       - on: [input_drift, prediction_drift]
         do: [notify, retrain]
@@ -19,7 +22,8 @@ A YAML file (or a mapping)::
                                  # (default: the retraining dataset)
       gates: {roc_auc: "no worse than baseline by 0.01", accuracy: ">= 0.9"}
       timeout: 30m               # a retrain started longer ago counts as no longer running
-      rollout: {strategy: canary, steps: [50, 100], interval: 30s}
+      rollout: {strategy: canary, steps: [50, 100], interval: 30s,
+                policy: {analysis: {min_requests: 200}}}   # the rollout's own policy
     notify:
       url: http://127.0.0.1:9000/hook
       timeout: 5s
@@ -46,10 +50,10 @@ __all__ = ["ACTIONS", "NotifySettings", "RetrainSettings", "TriggerPolicy", "Tri
 
 ACTIONS = ("rollback", "retrain", "notify")
 DEFAULT_COOLDOWN_S = {"rollback": 600.0, "retrain": 3600.0, "notify": 300.0}
-_TOP = {"rules", "cooldown", "retrain", "notify"}
+_TOP = {"rules", "cooldown", "retrain", "notify", "window", "repeat"}
 _RULE = {"on", "do"}
 _RETRAIN = {"dataset", "target", "eval_dataset", "gates", "timeout", "rollout", "param"}
-_ROLLOUT = {"strategy", "steps", "interval"}
+_ROLLOUT = {"strategy", "steps", "interval", "policy"}
 _NOTIFY = {"url", "timeout"}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
@@ -160,6 +164,12 @@ def _rollout(value: Any) -> dict[str, Any]:
         out["steps"] = steps
     if "interval" in spec:
         out["interval"] = parse_seconds(spec["interval"], "retrain.rollout.interval")
+    # the rollout's own policy (checked when it starts). A model retrained on shifted data
+    # is meant to answer differently: its canary's prediction-shift check is off unless
+    # the policy sets it (the gates vouched for its quality; errors and latency are checked)
+    pol = dict(_mapping(spec.get("policy"), "retrain.rollout.policy"))
+    pol.setdefault("prediction_shift", {"max_distance": None})
+    out["policy"] = pol
     return out
 
 
@@ -187,6 +197,8 @@ class TriggerPolicy:
     cooldown_s: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_COOLDOWN_S))
     retrain: RetrainSettings | None = None
     notify: NotifySettings | None = None
+    window: int | str | None = None  # the detector's window: rows, or a duration ("15m")
+    repeat_s: float = 3600.0  # a same-kind alarm on the same version within this: one incident
 
     def actions_for(self, kind: str) -> list[str]:
         """The actions an alarm of ``kind`` calls for, each once, in rule order."""
@@ -200,7 +212,8 @@ class TriggerPolicy:
                     "eval_dataset": self.retrain.eval_dataset, "gates": self.retrain.gates,
                     "timeout": self.retrain.timeout_s, "rollout": self.retrain.rollout},
                 "notify": None if self.notify is None else {
-                    "timeout": self.notify.timeout_s}}  # the URL may hold a token
+                    "timeout": self.notify.timeout_s},  # the URL may hold a token
+                "window": self.window, "repeat": self.repeat_s}
 
     @classmethod
     def from_dict(cls, d: Any) -> TriggerPolicy:
@@ -233,7 +246,14 @@ class TriggerPolicy:
         elif "notify" in used:
             raise ConfigError("a rule does 'notify' but the policy has no notify.url; add "
                               "notify: {url: http://...}.")
-        return cls(rules=tuple(parsed), cooldown_s=cooldown, retrain=retrain, notify=notify)
+        window = d.get("window")
+        if window is not None and not (
+                (isinstance(window, int) and not isinstance(window, bool) and window >= 1)
+                or (isinstance(window, str) and _DURATION.match(window))):
+            raise ConfigError(f"window must be a number of requests (e.g. 1000) or a duration "
+                              f"(e.g. 15m); got {window!r}.")
+        return cls(rules=tuple(parsed), cooldown_s=cooldown, retrain=retrain, notify=notify,
+                   window=window, repeat_s=parse_seconds(d.get("repeat", "1h"), "repeat"))
 
 
 def load_trigger_policy(path: str | Path | dict[str, Any] | TriggerPolicy) -> TriggerPolicy:
