@@ -100,6 +100,11 @@ def test_bad_policies_name_the_key_and_the_fix(change: dict[str, Any], words: li
         assert w in str(err.value)
 
 
+def test_a_bare_yaml_on_key_is_read_as_on(tmp_path: Path) -> None:
+    (tmp_path / "l.yaml").write_text("rules:\n  - on: input_drift\n    do: rollback\n")
+    assert load_trigger_policy(tmp_path / "l.yaml").actions_for("input_drift") == ["rollback"]
+
+
 def test_unreadable_and_non_mapping_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read the trigger policy"):
         load_trigger_policy(tmp_path / "missing.yaml")

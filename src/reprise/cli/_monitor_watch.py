@@ -55,7 +55,8 @@ def start_watchers(refs: list[str], policy: Path, *, interval_s: float
     stop = threading.Event()
     threads = [threading.Thread(
         target=watch, name=f"reprise-monitor-{ref}", daemon=True,
-        args=(ref, pol, live_detector(ref, workspace=ws, window=pol.window)),
+        args=(ref, pol, live_detector(ref, workspace=ws, window=pol.window,
+                                      reference=pol.reference)),
         kwargs={"workspace": ws, "interval_s": interval_s, "actions": loop_actions(ws),
                 "stop": stop}) for ref in watched]
     for t in threads:
@@ -77,6 +78,9 @@ def add_watch_command(app: typer.Typer) -> None:
             "--window", help="Requests per window judged (default: the policy's window, "
             "else 1,000).")
         ] = None,
+        reference: Annotated[str | None, typer.Option(
+            "--reference", metavar="DATASET@N", help="Reference rows (default: the policy's "
+            "reference, else the model's training dataset version).")] = None,
         once: Annotated[bool, typer.Option(
             "--once", help="Look once, act, print what was done, and exit.")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -93,9 +97,17 @@ def add_watch_command(app: typer.Typer) -> None:
         pol = load_trigger_policy(policy)
         ws = _ws()
         detect = live_detector(ref, workspace=ws,
-                               window=window if window is not None else pol.window)
-        if once:
-            res = watch_once(ref, pol, detect, workspace=ws, actions=loop_actions(ws))
+                               window=window if window is not None else pol.window,
+                               reference=reference or pol.reference)
+        if once:  # one round, then the lease is given up (the next watcher need not wait)
+            from reprise.monitor._loop import default_holder, lease_key, split_alias
+
+            who = default_holder()
+            try:
+                res = watch_once(ref, pol, detect, workspace=ws, holder=who,
+                                 actions=loop_actions(ws))
+            finally:
+                ws.metadata.release_lease(lease_key(*split_alias(ref)), who)
             _print(ref, res, as_json)
             return
         typer.echo(f"watching {ref} every {interval:g}s (Ctrl-C stops)", err=True)

@@ -40,8 +40,8 @@ from reprise.core.errors import UserError
 from reprise.monitor._alarm import Alarm
 from reprise.monitor._triggers import TriggerPolicy, load_trigger_policy
 
-__all__ = ["LoopActions", "TickResult", "lease_key", "live_detector", "loop_events", "watch",
-           "watch_once"]
+__all__ = ["LoopActions", "TickResult", "default_holder", "lease_key", "live_detector",
+           "loop_events", "split_alias", "watch", "watch_once"]
 
 log = logging.getLogger("reprise.monitor.loop")
 
@@ -97,7 +97,7 @@ def _ws(workspace: Any) -> Any:
     return resolve_workspace(workspace)
 
 
-def _split(ref: str) -> tuple[str, str]:
+def split_alias(ref: str) -> tuple[str, str]:
     from reprise.registry._registry import split_ref
 
     name, alias, version = split_ref(ref)
@@ -113,8 +113,10 @@ def loop_events(ws: Any, subject: str) -> list[Any]:
             if e.subject == subject and e.action.startswith("monitor.")]
 
 
-def live_detector(ref: str, *, workspace: Any = None, window: Any = None) -> Detector:
-    """The detector of live traffic: the alarms of ``live_report(ref, window=...)``."""
+def live_detector(ref: str, *, workspace: Any = None, window: Any = None,
+                  reference: str | None = None) -> Detector:
+    """The detector of live traffic: the alarms of ``live_report(ref, window=...,
+    reference=...)``."""
     import importlib
 
     try:
@@ -127,6 +129,8 @@ def live_detector(ref: str, *, workspace: Any = None, window: Any = None) -> Det
         kwargs: dict[str, Any] = {"workspace": workspace}
         if window is not None:
             kwargs["window"] = window
+        if reference is not None:
+            kwargs["reference"] = reference
         return list(live.live_report(ref, **kwargs).alarms)
 
     return detect
@@ -137,7 +141,7 @@ def watch_once(ref: str, policy: Any, detector: Detector, *, workspace: Any = No
                actions: LoopActions | None = None,
                lease_ttl_s: float = DEFAULT_LEASE_TTL_S) -> TickResult:
     """One step of the loop on ``ref`` (``NAME@ALIAS``); see the module docstring."""
-    name, alias = _split(ref)
+    name, alias = split_alias(ref)
     pol = load_trigger_policy(policy)
     ws = _ws(workspace)
     who = holder or default_holder()
@@ -278,7 +282,7 @@ def watch(ref: str, policy: Any, detector: Detector, *, workspace: Any = None,
           on_tick: Callable[[TickResult], None] | None = None) -> None:
     """Run :func:`watch_once` every ``interval_s`` until ``stop`` is set (or ``max_ticks``
     ticks); the lease is given up on the way out so another watcher takes over at once."""
-    name, alias = _split(ref)
+    name, alias = split_alias(ref)
     pol = load_trigger_policy(policy)
     ws = _ws(workspace)
     who = holder or default_holder()

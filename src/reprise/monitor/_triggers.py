@@ -5,6 +5,8 @@ A YAML file (or a mapping)::
     window: 1000                 # what the detector judges: the newest N requests, or 15m
     repeat: 1h                   # a same-kind alarm on the same version within this time,
                                  # while its actions are held back, is the same incident
+    reference: churn@3           # the detector's reference rows (default: the model's
+                                 # training dataset version, from its lineage)
     rules:                       # alarm kinds -> actions, in the order given
       - on: [input_drift, prediction_drift]
         do: [notify, retrain]
@@ -50,7 +52,7 @@ __all__ = ["ACTIONS", "NotifySettings", "RetrainSettings", "TriggerPolicy", "Tri
 
 ACTIONS = ("rollback", "retrain", "notify")
 DEFAULT_COOLDOWN_S = {"rollback": 600.0, "retrain": 3600.0, "notify": 300.0}
-_TOP = {"rules", "cooldown", "retrain", "notify", "window", "repeat"}
+_TOP = {"rules", "cooldown", "retrain", "notify", "window", "repeat", "reference"}
 _RULE = {"on", "do"}
 _RETRAIN = {"dataset", "target", "eval_dataset", "gates", "timeout", "rollout", "param"}
 _ROLLOUT = {"strategy", "steps", "interval", "policy"}
@@ -199,6 +201,7 @@ class TriggerPolicy:
     notify: NotifySettings | None = None
     window: int | str | None = None  # the detector's window: rows, or a duration ("15m")
     repeat_s: float = 3600.0  # a same-kind alarm on the same version within this: one incident
+    reference: str | None = None  # the detector's reference rows (default: training data)
 
     def actions_for(self, kind: str) -> list[str]:
         """The actions an alarm of ``kind`` calls for, each once, in rule order."""
@@ -213,7 +216,7 @@ class TriggerPolicy:
                     "timeout": self.retrain.timeout_s, "rollout": self.retrain.rollout},
                 "notify": None if self.notify is None else {
                     "timeout": self.notify.timeout_s},  # the URL may hold a token
-                "window": self.window, "repeat": self.repeat_s}
+                "window": self.window, "repeat": self.repeat_s, "reference": self.reference}
 
     @classmethod
     def from_dict(cls, d: Any) -> TriggerPolicy:
@@ -227,7 +230,9 @@ class TriggerPolicy:
                               "ACTION(S)}, e.g. [{on: input_drift, do: [notify, retrain]}].")
         parsed = []
         for i, rule in enumerate(rules):
-            rule = _mapping(rule, f"rules[{i}]")
+            # YAML 1.1 reads a bare ``on`` as the boolean true: take it for the key it is
+            given: dict[Any, Any] = _mapping(rule, f"rules[{i}]")
+            rule = {("on" if k is True else k): v for k, v in given.items()}
             _unknown(rule, _RULE, f"rules[{i}]")
             if "on" not in rule or "do" not in rule:
                 raise ConfigError(f"rules[{i}] needs both 'on' (alarm kinds) and 'do' "
@@ -253,7 +258,15 @@ class TriggerPolicy:
             raise ConfigError(f"window must be a number of requests (e.g. 1000) or a duration "
                               f"(e.g. 15m); got {window!r}.")
         return cls(rules=tuple(parsed), cooldown_s=cooldown, retrain=retrain, notify=notify,
-                   window=window, repeat_s=parse_seconds(d.get("repeat", "1h"), "repeat"))
+                   window=window, repeat_s=parse_seconds(d.get("repeat", "1h"), "repeat"),
+                   reference=_reference(d.get("reference")))
+
+
+def _reference(value: Any) -> str | None:
+    if value is not None and not (isinstance(value, str) and "@" in value):
+        raise ConfigError(f"reference must be a dataset version such as churn@3 (the rows "
+                          f"the traffic is compared with); got {value!r}.")
+    return value
 
 
 def load_trigger_policy(path: str | Path | dict[str, Any] | TriggerPolicy) -> TriggerPolicy:
