@@ -11,6 +11,9 @@ def test_exported_members() -> None:
         "compare_datasets", "fit_reference", "load_drift_policy", "render_drift_report",
         # the request log and feedback (tests/monitor/test_requests.py)
         "ExportReport", "add_feedback", "add_feedback_file", "export_labelled",
-        "iter_requests", "list_request_chunks", "prune_requests", "read_requests"])
+        "iter_requests", "list_request_chunks", "prune_requests", "read_requests",
+        # the closed loop (tests/monitor/test_loop.py)
+        "LoopActions", "TickResult", "TriggerPolicy", "load_trigger_policy", "watch",
+        "watch_once"])
     for name in reprise.monitor.__all__:
         assert getattr(reprise.monitor, name) is not None

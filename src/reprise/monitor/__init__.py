@@ -9,6 +9,10 @@ column and gives a dataset verdict corrected for testing many columns.
 ``compare_datasets("churn@3", "churn@4")`` does it for two dataset versions, and
 ``render_drift_report`` writes the offline HTML report.
 
+``watch(ref, policy, detector)`` runs the closed loop: alarms -> rollback, retrain,
+notify, by a :class:`TriggerPolicy` (``load_trigger_policy("loop.yaml")``); one round is
+``watch_once`` (``_loop.py``, ``_triggers.py``).
+
 ``read_requests`` / ``iter_requests`` read the request log that ``reprise serve`` writes;
 ``add_feedback`` joins labels to logged requests by request id, and ``export_labelled``
 writes logged inputs with their labels (``_requests.py``).
@@ -31,7 +35,10 @@ from reprise.monitor._policy import DriftPolicy, load_drift_policy
 __all__ = ["ColumnDrift", "DriftPolicy", "DriftReport", "ExportReport", "Reference", "Window",
            "add_feedback", "add_feedback_file", "compare", "compare_datasets",
            "export_labelled", "fit_reference", "iter_requests", "list_request_chunks",
-           "load_drift_policy", "prune_requests", "read_requests", "render_drift_report"]
+           "load_drift_policy", "prune_requests", "read_requests", "render_drift_report",
+           # the closed loop (``_triggers.py``, ``_loop.py``)
+           "LoopActions", "TickResult", "TriggerPolicy", "load_trigger_policy", "watch",
+           "watch_once"]
 
 _LAZY = {"ColumnDrift": "reprise.monitor._compare", "DriftReport": "reprise.monitor._compare",
          "compare": "reprise.monitor._compare", "Reference": "reprise.monitor._reference",
@@ -40,12 +47,17 @@ _LAZY = {"ColumnDrift": "reprise.monitor._compare", "DriftReport": "reprise.moni
          "render_drift_report": "reprise.monitor._html",
          **{name: "reprise.monitor._requests" for name in (
              "ExportReport", "add_feedback", "add_feedback_file", "export_labelled",
-             "iter_requests", "list_request_chunks", "prune_requests", "read_requests")}}
+             "iter_requests", "list_request_chunks", "prune_requests", "read_requests")},
+         **{name: "reprise.monitor._loop" for name in (
+             "LoopActions", "TickResult", "watch", "watch_once")},
+         **{name: "reprise.monitor._triggers" for name in (
+             "TriggerPolicy", "load_trigger_policy")}}
 
 if TYPE_CHECKING:
     from reprise.monitor._compare import ColumnDrift, DriftReport, compare
     from reprise.monitor._datasets import compare_datasets
     from reprise.monitor._html import render_drift_report
+    from reprise.monitor._loop import LoopActions, TickResult, watch, watch_once
     from reprise.monitor._reference import Reference, fit_reference
     from reprise.monitor._requests import (
         ExportReport,
@@ -57,6 +69,7 @@ if TYPE_CHECKING:
         prune_requests,
         read_requests,
     )
+    from reprise.monitor._triggers import TriggerPolicy, load_trigger_policy
     from reprise.monitor._window import Window
 
 __getattr__ = lazy_attributes(__name__, _LAZY)
