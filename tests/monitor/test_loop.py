@@ -276,6 +276,12 @@ def test_rollback_aborts_a_running_rollout_through_the_injected_call(ws: Any) ->
                      workspace=ws, holder="w", now=T0, actions=acts)
     assert res.actions[0]["result"]["aborted_rollout"] == rec.id
     assert aborted and aborted[0][:2] == ("churn", "production") and "alarm-" in aborted[0][2]
+    # an alarm about the stable version aborts nothing (the candidate is not at fault)
+    res2 = watch_once("churn@production", {**pol, "cooldown": {"rollback": 0}},
+                      lambda: [alarm("prediction_drift", version=2)], workspace=ws,
+                      holder="w", now=T0 + 5, actions=acts)
+    assert res2.actions[0]["outcome"] == "failed" and len(aborted) == 1
+    assert "not its candidate" in res2.actions[0]["result"]["error"]
 
 
 def test_a_failing_action_is_a_recorded_failure(ws: Any) -> None:

@@ -259,6 +259,10 @@ def _rollback(ws: Any, name: str, alias: str, alarm: Alarm,
     running = ws.metadata.find_rollout(name, alias, running_only=True)
     reason = f"alarm {alarm.id} ({alarm.kind}): {alarm.message}"
     if running is not None:
+        if alarm.version != running.candidate:
+            return {"ok": False, "error": f"{name}@{alias} has a running rollout {running.id} "
+                    f"to version {running.candidate}, and the alarm is about version "
+                    f"{alarm.version}, not its candidate: nothing to roll back"}
         if actions.abort_rollout is None:
             raise UserError(f"{name}@{alias} has a running rollout {running.id}, and this "
                             "watcher was given no way to abort it (run it from the CLI)")
