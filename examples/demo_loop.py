@@ -60,14 +60,14 @@ notify:
 """
 
 
-def reprise(root: Path, *args: str, capture: bool = False) -> str:
+def reprise(root: Path, *args: str, capture: bool = False, show: bool = True) -> str:
     print(f"\n$ reprise {' '.join(args)}", flush=True)
     res = subprocess.run([sys.executable, "-m", "reprise.cli", *args], cwd=root, text=True,
                          capture_output=capture, check=False)
     if res.returncode != 0:
         sys.exit(f"demo-loop: `reprise {' '.join(args)}` exited with {res.returncode}\n"
                  f"{res.stderr if capture else ''}")
-    if capture:
+    if capture and show:
         print(res.stdout, end="")
     return res.stdout if capture else ""
 
@@ -182,7 +182,9 @@ def main() -> None:
     frame, scanner = tables(root)
     reprise(root, "init", ".")
     reprise(root, "data", "add", "cancer", "data/cancer.csv", "--schema", "schema.py:schema")
-    run = json.loads(reprise(root, "run", "pipeline.py:tabular", "--json", capture=True))
+    run = json.loads(reprise(root, "run", "pipeline.py:tabular", "--json", capture=True,
+                             show=False))
+    print(f"run {run['run_id']}: {run['status']}")
     reprise(root, "models", "register", "cancer", "--run", run["run_id"])
     reprise(root, "models", "promote", "cancer", "1", "--alias", "production")
     reprise(root, "data", "add", "cancer", "data/cancer-2.csv")

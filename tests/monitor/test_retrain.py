@@ -23,7 +23,8 @@ from tests.registry.test_cli import js, make_project, points
 def policy(eval_dataset: str) -> dict[str, Any]:
     return {"rules": [{"on": "input_drift", "do": "retrain"}],
             "retrain": {"dataset": "latest", "target": "y", "eval_dataset": eval_dataset,
-                        "gates": {"accuracy": "no worse than baseline by 0.05"},
+                        "gates": {"accuracy": "no worse than baseline by 0.05",
+                                  "roc_auc": "no worse than baseline by 0.05"},
                         "rollout": {"strategy": "canary", "steps": [50, 100],
                                     "interval": "1s"}}}
 
@@ -72,6 +73,8 @@ def test_retrain_on_the_newest_version_gates_registers_rolls_out_and_names_the_a
                          "policy": {"prediction_shift": {"max_distance": None}}})]
     policy_gates = [g for g in result["gates"] if g["source"] == "policy"]
     assert policy_gates[0]["baseline_model"] == "points:1" and policy_gates[0]["passed"]
+    assert [g["metric"] for g in policy_gates] == ["accuracy", "roc_auc"]
+    assert all(g["passed"] and g["baseline"] > 0.9 for g in policy_gates)
     assert ws.metadata.get_aliases("points")["production"] == 1  # never promoted by the loop
 
     tree = js(project, "lineage", "points:2")

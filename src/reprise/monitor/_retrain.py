@@ -260,12 +260,11 @@ def _score(package: Any, rows: Any, target: str, wanted: list[str]) -> dict[str,
     records = rows[names].to_dict(orient="records")
     outputs = package.predict_records(records)
     y = rows[target].to_numpy()
-    proba_cols = sorted(k for k in outputs if k.startswith("probability_"))
     kwargs: dict[str, Any] = {"y_pred": np.asarray(outputs["prediction"])}
-    if proba_cols:
-        kwargs["y_proba"] = np.column_stack([np.asarray(outputs[c], dtype=float)
-                                             for c in proba_cols])
-        kwargs["labels"] = [_label(c[len("probability_"):], y) for c in proba_cols]
+    classes = getattr(package.signature, "classes", None)
+    if "probabilities" in outputs and classes:
+        kwargs["y_proba"] = np.asarray(outputs["probabilities"], dtype=float)
+        kwargs["labels"] = [_label(str(c), y) for c in classes]
     ev = evaluate(y=y, report=False, log=False, bootstrap=False, **kwargs)
     metrics = dict(ev).get("metrics") or {}
     out: dict[str, float | None] = {}
