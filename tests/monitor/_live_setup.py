@@ -23,23 +23,35 @@ def train_frame(n: int = 4000, seed: int = 0) -> pd.DataFrame:
     return x
 
 
-def setup_model(root: Path, *, accuracy: float | None = None) -> tuple[Any, Any]:
+def setup_model(root: Path, *, accuracy: float | None = None,
+                wide: bool = False) -> tuple[Any, Any]:
     """``churn`` version 1 (logistic regression on a, b) promoted to production; the
     training rows are dataset ``train@1``. ``accuracy``: the card's value (default: the
-    model's own accuracy on its training rows)."""
+    model's own accuracy on its training rows). ``wide``: the inputs are a, b, a text
+    column ``plan`` (one-hot encoded by the package's preprocessing) and a constant
+    ``const``; the returned model is then the fitted pipeline."""
+    from sklearn.compose import ColumnTransformer
     from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import OneHotEncoder
 
     ws = reprise.init(root)
     frame = train_frame()
+    frame["const"] = 1.0
     frame.to_csv(root / "train.csv", index=False)
     reprise.add_dataset("train", root / "train.csv", workspace=ws)
-    x = frame[["a", "b"]]
-    model = LogisticRegression().fit(x, frame["y"])
+    x = frame[["a", "b", "plan", "const"] if wide else ["a", "b"]]
+    pre = None
+    if wide:
+        pre = ColumnTransformer([("oh", OneHotEncoder(handle_unknown="ignore"), ["plan"])],
+                                remainder="passthrough").fit(x)
+    lr = LogisticRegression().fit(x if pre is None else pre.transform(x), frame["y"])
+    model: Any = lr if pre is None else Pipeline([("pre", pre), ("lr", lr)])
     acc = float((model.predict(x) == frame["y"]).mean()) if accuracy is None else accuracy
     evaluation = {"metrics": {"accuracy": {"value": acc}},
                   "gates": {"passed": True, "results": []}}
-    register_package("churn", package_model(model, sample=x, evaluation=evaluation),
-                     workspace=ws)
+    register_package("churn", package_model(lr, sample=x, evaluation=evaluation,
+                                            preprocessing=pre), workspace=ws)
     promote("churn", 1, "production", workspace=ws)
     return ws, model
 
@@ -60,7 +72,7 @@ def log_traffic(ws: Any, model: Any, frame: pd.DataFrame, *, at: float = 1000.0,
         inputs = {c: part[c].to_numpy() for c in part.columns if c not in drop}
         outs: dict[str, Any] = {}
         if outputs:
-            xs = part[["a", "b"]].astype(float)
+            xs = part[list(model.feature_names_in_)]
             outs = {"prediction": model.predict(xs), "probabilities": model.predict_proba(xs)}
         rid = f"{prefix}{at}-{k}"
         ids.append(rid)

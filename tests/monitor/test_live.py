@@ -131,6 +131,9 @@ def test_no_training_dataset_asks_for_a_reference(served: Any) -> None:
     ws, _ = served
     with pytest.raises(UserError, match="--reference DATASET@N"):
         live_report("churn@production", workspace=ws)
+    live_report("churn@production", workspace=ws, reference="train@1")
+    # given once, the reference is recorded on the version and reused
+    assert live_report("churn@production", workspace=ws).reference["dataset"] == "train@1"
     with pytest.raises(UserError, match="no alias"):
         live_report("churn@staging", workspace=ws)
 
@@ -140,3 +143,43 @@ def test_bad_windows_are_refused(bad: Any) -> None:
     with pytest.raises(UserError, match="window"):
         parse_window(bad)
     assert parse_window("15m") == ("time", 900.0) and parse_window(None) == ("rows", 1000.0)
+
+
+def test_live_windows_on_both_metadata_stores(tmp_path: Path, store_url: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("REPRISE_STORE_URL", store_url)
+    ws, model = setup_model(tmp_path)
+    try:
+        log_traffic(ws, model, traffic(500, seed=12, shift=0.8), at=5000)
+        report = live_report("churn@production", workspace=ws, now=9000,
+                             reference="train@1")
+        assert [a.kind for a in report.alarms] == ["input_drift", "prediction_drift"]
+        (stored,) = ws.metadata.latest_monitor_windows()
+        assert (stored.rows, stored.input_verdict) == (500, "drift")
+        assert ws.metadata.get_monitor_reference("churn", 1).dataset == "train@1"
+    finally:
+        ws.close()
+
+
+def test_row_windows_cut_across_chunks_aligned_on_the_newest_row(served: Any) -> None:
+    ws, model = served
+    for k in range(3):  # 3 chunks of 700 rows, 10 rows a request, one request a second
+        log_traffic(ws, model, traffic(700, seed=50 + k), at=1000.0 + 100 * k)
+    three = live_report("churn", workspace=ws, windows=3, now=9000, reference="train@1",
+                        persist=False)
+    assert [w.window.rows for w in three.windows] == [100, 1000, 1000]
+    two = live_report("churn", workspace=ws, windows=2, now=9000, reference="train@1",
+                      persist=False)
+    assert [w.window.rows for w in two.windows] == [1000, 1000]
+    assert [w.window for w in two.windows] == [w.window for w in three.windows[1:]]
+    assert two.windows[-1].window.end == 1269.0  # the newest request
+    assert live_report("churn", workspace=ws, window=5000, now=9000, reference="train@1",
+                       persist=False).windows[0].window.rows == 2100
+    # since and now cut by answer time, inside a chunk
+    # by time: answers in [now - 3·20 s, now], inside chunks; a window without traffic
+    # (1079.5..1099.5 falls between two chunks) is left out
+    cut = live_report("churn", workspace=ws, window="20s", windows=3, now=1119.5,
+                      reference="train@1", persist=False)
+    assert [(w.window.start, w.window.end, w.window.rows) for w in cut.windows] == \
+        [(1060.0, 1069.0, 100), (1100.0, 1119.0, 200)]

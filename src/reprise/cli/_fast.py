@@ -150,6 +150,8 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
                         log_max_mb=log_max_mb or None,
                         slo_availability=slo_availability, slo_latency_ms=slo_latency_ms,
                         slo_latency_target=slo_latency_target, otel=otel)
+    from reprise.cli._drift_check import install_input_drift_check
+
     stop, watchers = None, list[Any]()
     if monitor is not None:  # the closed loop in this process (a lease: one decides)
         from pathlib import Path
@@ -160,8 +162,10 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
             raise UserError(f"--monitor-interval must be more than 0, not {monitor_interval}.")
         stop, watchers = start_watchers(refs, Path(monitor), interval_s=monitor_interval)
     try:
-        run_server(RegistrySource(workspace()), refs, settings=settings, host=host,
-                   port=port, log_level=log_level, access_log=access_log)
+        source = RegistrySource(workspace())
+        install_input_drift_check(source.workspace)  # loads nothing until a policy asks
+        run_server(source, refs, settings=settings, host=host, port=port,
+                   log_level=log_level, access_log=access_log)
     finally:
         if stop is not None:
             stop.set()

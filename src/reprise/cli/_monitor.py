@@ -9,13 +9,23 @@ import typer
 
 from reprise.cli import _render as render
 from reprise.cli._fast import workspace as _ws
+from reprise.cli._monitor_live import (
+    ModelRefGroup,
+    ReferenceOpt,
+    WindowOpt,
+    add_live_commands,
+    live,
+    window_line,
+)
 
 if TYPE_CHECKING:
     from reprise.monitor._compare import ColumnDrift
     from reprise.monitor._datasets import DatasetDrift
 
-monitor_app = typer.Typer(help="Monitoring: drift statistics, the request log, feedback.",
-                          no_args_is_help=True)
+monitor_app = typer.Typer(
+    cls=ModelRefGroup, no_args_is_help=True,
+    help="Monitoring: drift statistics, the request log, feedback. `reprise monitor "
+         "NAME[@alias]` shows a served model's live windows (the `show` command).")
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 PolicyOpt = Annotated[Path | None, typer.Option(
     "--policy", help="YAML drift policy (alpha, correction, min_rows, ks_max_rows, k, "
@@ -28,11 +38,10 @@ MinRowsOpt = Annotated[int | None, typer.Option(
     "(default 100).")]
 
 
-def _run(reference: str, current: str, policy: Path | None, correction: str | None,
-         min_rows: int | None) -> DatasetDrift:
+def _policy(policy: Path | None, correction: str | None, min_rows: int | None) -> Any:
     from dataclasses import replace
 
-    from reprise.monitor import DriftPolicy, compare_datasets, load_drift_policy
+    from reprise.monitor import DriftPolicy, load_drift_policy
 
     pol = load_drift_policy(policy) if policy is not None else DriftPolicy()
     changes: dict[str, Any] = {}
@@ -40,8 +49,15 @@ def _run(reference: str, current: str, policy: Path | None, correction: str | No
         changes["correction"] = correction
     if min_rows is not None:
         changes["min_rows"] = min_rows
+    return replace(pol, **changes) if changes else pol
+
+
+def _run(reference: str, current: str, policy: Path | None, correction: str | None,
+         min_rows: int | None) -> DatasetDrift:
+    from reprise.monitor import compare_datasets
+
     return compare_datasets(reference, current, workspace=_ws(),
-                            policy=replace(pol, **changes) if changes else pol)
+                            policy=_policy(policy, correction, min_rows))
 
 
 @monitor_app.command("compare")
@@ -63,24 +79,53 @@ def compare(
 
 @monitor_app.command("report")
 def report(
-    reference: Annotated[str, typer.Argument(metavar="NAME@A", help="Reference version.")],
-    current: Annotated[str, typer.Argument(metavar="NAME@B", help="Version compared with it.")],
+    reference: Annotated[str, typer.Argument(
+        metavar="NAME@A|MODEL[@ALIAS]",
+        help="Reference dataset version, or a served model (its newest live window).")],
+    current: Annotated[str | None, typer.Argument(
+        metavar="[NAME@B]", help="Dataset version compared with NAME@A.")] = None,
     output: Annotated[Path, typer.Option(
         "-o", "--output", help="HTML file to write.")] = Path("drift.html"),
     policy: PolicyOpt = None,
     correction: CorrectionOpt = None,
     min_rows: MinRowsOpt = None,
+    window: WindowOpt = None,
+    live_reference: ReferenceOpt = None,
 ) -> None:
-    """Write the offline HTML drift report of NAME@B against NAME@A (summaries only)."""
+    """Write the offline HTML drift report (summaries only) of dataset version NAME@B
+    against NAME@A, or of a served model's newest live window against its reference."""
     from reprise.core._atomic import atomic_write_bytes
     from reprise.monitor import render_drift_report
 
-    out = _run(reference, current, policy, correction, min_rows)
-    page = render_drift_report(out.report, out.reference, out.window,
-                               title=f"Drift of {out.window_ref} against {out.reference_ref}")
+    if current is None:
+        page, line = _live_page(reference, window, live_reference,
+                                _policy(policy, correction, min_rows))
+    else:
+        out = _run(reference, current, policy, correction, min_rows)
+        page = render_drift_report(out.report, out.reference, out.window,
+                                   title=f"Drift of {out.window_ref} against "
+                                         f"{out.reference_ref}")
+        line = _verdict_line(out)
     output.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(output, page)
-    typer.echo(f"{output} ({render.human_bytes(len(page))}): {_verdict_line(out)}")
+    typer.echo(f"{output} ({render.human_bytes(len(page))}): {line}")
+
+
+def _live_page(ref: str, window: str | None, reference: str | None,
+               policy: Any) -> tuple[bytes, str]:
+    from reprise.core.errors import UserError
+    from reprise.monitor import render_drift_report
+
+    out = live(ref, window, 1, reference, None, policy)
+    if not out.windows:
+        raise UserError(f"{ref} has no logged traffic to report on; serve it with the "
+                        "request log on (reprise serve --log-sample) and send requests.")
+    w = out.windows[-1]
+    assert out.input_reference is not None and w.inputs is not None
+    title = (f"Live drift of {out.model}:{out.version} against {out.reference['dataset']} "
+             f"({w.window.rows} rows)")
+    return render_drift_report(w.input, out.input_reference, w.inputs, title=title), \
+        window_line(w)
 
 
 def _verdict_line(out: DatasetDrift) -> str:
@@ -139,6 +184,7 @@ def _print(out: DatasetDrift) -> None:
 from reprise.cli._monitor_log import add_request_log_commands  # noqa: E402
 
 add_request_log_commands(monitor_app)
+add_live_commands(monitor_app)
 
 # the closed loop (issue 15.7): ``reprise monitor watch``
 from reprise.cli._monitor_watch import add_watch_command  # noqa: E402

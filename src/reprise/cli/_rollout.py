@@ -89,9 +89,12 @@ def status(name: Annotated[str, typer.Argument(help="Model name.")],
     """The running (else the latest) rollout of NAME: step, weights, each version's
     metrics in the current window, the checks, the time to the next decision, and the
     decisions so far."""
+    from reprise.cli._drift_check import install_input_drift_check
     from reprise.serve import rollout_status
 
-    info = rollout_status(name, alias, workspace=_ws())
+    ws = _ws()
+    install_input_drift_check(ws)
+    info = rollout_status(name, alias, workspace=ws)
     if as_json:
         render.print_json(info)
         return
@@ -213,9 +216,12 @@ def analyze(name: Annotated[str, typer.Argument(help="Model name.")],
             alias: AliasOpt = None, as_json: JsonOpt = False) -> None:
     """Run one analysis now and apply its decision (what a server's decider does every
     poll; useful without a server, or from a scheduler)."""
+    from reprise.cli._drift_check import install_input_drift_check
     from reprise.serve import analyze_once
 
-    d = analyze_once(name, alias, time.time(), workspace=_ws())
+    ws = _ws()
+    install_input_drift_check(ws)
+    d = analyze_once(name, alias, time.time(), workspace=ws)
     if as_json:
         render.print_json(d.to_dict())
         return

@@ -43,6 +43,7 @@ from reprise.monitor._compare import DriftReport, compare
 from reprise.monitor._model_reference import ModelReference, model_reference, prediction_table
 from reprise.monitor._performance import window_performance
 from reprise.monitor._policy import DriftPolicy
+from reprise.monitor._reference import Reference
 from reprise.monitor._window import Window
 
 __all__ = ["DEFAULT_WINDOW", "LiveReport", "LiveWindow", "live_report", "parse_window"]
@@ -78,6 +79,7 @@ class LiveWindow:
     input: DriftReport
     prediction: DriftReport
     performance: dict[str, Any]
+    inputs: Window | None = field(default=None, repr=False)  # the summaries (for HTML)
 
     @property
     def verdicts(self) -> dict[str, str]:
@@ -99,6 +101,7 @@ class LiveReport:
     reference: dict[str, Any]
     windows: list[LiveWindow]
     alarms: list[Alarm] = field(default_factory=list)
+    input_reference: Reference | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "version": self.version, "alias": self.alias,
@@ -138,14 +141,14 @@ def live_report(ref: str, *, window: int | str | None = None, windows: int = 1,
     ws = _ws(workspace)
     _, alias, _ = split_ref(ref)
     rec = parse_ref(ws, ref)
-    mref = model_reference(rec.ref, dataset=reference, workspace=ws)
+    mref = model_reference(ref, dataset=reference, workspace=ws)
     end = time.time() if now is None else float(now)
     accs = _collect(ws, mref, by, size, windows, since, end)
     out = [_judge(a, mref, policy) for a in accs]
     alarms = [al for w in out for al in _alarms(w, mref, alias, policy, end)]
     report = LiveReport(rec.name, rec.version, alias,
                         {"by": by, "size": int(size) if by == "rows" else size},
-                        mref.describe(), out, alarms)
+                        mref.describe(), out, alarms, mref.inputs)
     if persist and out:
         ws.metadata.add_monitor_windows([_record(w, mref, alarms, end) for w in out])
     return report
@@ -203,7 +206,7 @@ def _empty(rows: int) -> pa.Table:
 
 def _collect(ws: Any, mref: ModelReference, by: str, size: float, count: int,
              since: float | None, end: float) -> list[_Acc]:
-    """Fill the windows chunk by chunk, oldest first (see the module docstring)."""
+    """Fill the windows chunk by chunk, oldest chunk first (see the module docstring)."""
     start = since
     if by == "time":
         first = end - count * size
@@ -211,51 +214,57 @@ def _collect(ws: Any, mref: ModelReference, by: str, size: float, count: int,
     chunks = ws.metadata.list_request_chunks(mref.name, version=mref.version, start=start,
                                              end=end)
     if by == "rows":
-        sizes = [_rows_in(ws, c, start, end) for c in chunks]
-        total = sum(sizes)
-        skip = max(0, total - int(size) * count)
-        n_windows = max(1, math.ceil((total - skip) / size)) if total else 0
-        accs = [_Acc(mref) for _ in range(n_windows)]
-        # windows are aligned on the newest row: the oldest one may be short
-        short = n_windows * int(size) - (total - skip)
-        offset = 0  # rows seen so far of the kept range
-        for chunk, n in zip(chunks, sizes, strict=True):
-            if skip >= n:
-                skip -= n
-                continue
-            table = _read(ws, chunk, start, end).slice(skip)
-            skip = 0
-            labels = _labels(ws, mref.name, table)
-            _spread_rows(accs, table, offset + short, int(size), mref, labels)
-            offset += table.num_rows
-        return [a for a in accs if a.rows]
+        accs = _by_rows(ws, mref, chunks, int(size), count, start, end)
+    else:
+        accs = _by_time(ws, mref, chunks, size, count, start, end)
+    return [a for a in accs if a.rows]
+
+
+def _by_rows(ws: Any, mref: ModelReference, chunks: list[Any], n: int, count: int,
+             start: float | None, end: float) -> list[_Acc]:
+    """The newest ``count * n`` rows in windows of ``n``, aligned on the newest row (the
+    oldest window may be short). Chunks wholly before them are not read."""
+    sizes = [_rows_in(ws, c, start, end) for c in chunks]
+    total = sum(sizes)
+    skip = max(0, total - n * count)
+    n_windows = math.ceil((total - skip) / n)
+    accs = [_Acc(mref) for _ in range(n_windows)]
+    first = n_windows * n - (total - skip)  # where the kept rows start in the windows
+    for chunk, rows in zip(chunks, sizes, strict=True):
+        if skip >= rows:
+            skip -= rows
+            continue
+        table = _read(ws, chunk, start, end).slice(skip)
+        skip = 0
+        labels = _labels(ws, mref.name, table)
+        pos = 0
+        while pos < table.num_rows:
+            k = (first + pos) // n
+            take = min(table.num_rows - pos, (k + 1) * n - (first + pos))
+            accs[k].add(table.slice(pos, take), mref, labels)
+            pos += take
+        first += table.num_rows
+    return accs
+
+
+def _by_time(ws: Any, mref: ModelReference, chunks: list[Any], size: float, count: int,
+             start: float | None, end: float) -> list[_Acc]:
+    """``count`` windows of ``size`` seconds ending at ``end``; a row goes to the window
+    holding its answer time."""
+    import numpy as np
+
+    origin = end - count * size
     accs = [_Acc(mref) for _ in range(count)]
     for chunk in chunks:
         table = _read(ws, chunk, start, end)
         if not table.num_rows:
             continue
         labels = _labels(ws, mref.name, table)
-        import numpy as np
-
         t = table.column("time").to_numpy()
-        slot = np.clip(((t - (end - count * size)) // size).astype(int), 0, count - 1)
+        slot = np.clip(((t - origin) // size).astype(int), 0, count - 1)
         for k in np.unique(slot):
-            idx = np.nonzero(slot == k)[0]
-            accs[int(k)].add(table.take(pa.array(idx)), mref, labels)
-    return [a for a in accs if a.rows]
-
-
-def _spread_rows(accs: list[_Acc], table: pa.Table, first: int, n: int,
-                 mref: ModelReference, labels: dict[str, Any]) -> None:
-    """The rows of ``table`` into their windows of ``n`` rows, the first being row
-    ``first`` of the windows laid end to end."""
-    pos = 0
-    while pos < table.num_rows:
-        row = first + pos
-        k = row // n
-        take = min(table.num_rows - pos, (k + 1) * n - row)
-        accs[k].add(table.slice(pos, take), mref, labels)
-        pos += take
+            accs[int(k)].add(table.take(pa.array(np.nonzero(slot == k)[0])), mref, labels)
+    return accs
 
 
 def _rows_in(ws: Any, chunk: Any, start: float | None, end: float) -> int:
@@ -288,7 +297,8 @@ def _judge(acc: _Acc, mref: ModelReference, policy: DriftPolicy) -> LiveWindow:
     span = MonitorWindow(start=acc.start, end=acc.end, rows=acc.rows, labelled=len(acc.y))
     return LiveWindow(span, mref.version, compare(mref.inputs, acc.inputs, policy),
                       compare(mref.predictions, acc.outputs, policy),
-                      window_performance(acc.y, acc.pred, acc.proba, mref, policy))
+                      window_performance(acc.y, acc.pred, acc.proba, mref, policy),
+                      acc.inputs)
 
 
 def _alarms(w: LiveWindow, mref: ModelReference, alias: str | None, policy: DriftPolicy,

@@ -78,7 +78,9 @@ class ModelReference:
 def model_reference(ref: str, *, dataset: str | None = None, workspace: Any = None,
                     sample_rows: int = SAMPLE_ROWS, seed: int = 0) -> ModelReference:
     """The reference of the model version ``ref`` names (``NAME``, ``NAME@alias``,
-    ``NAME:V``), computed and recorded on first use, read back after.
+    ``NAME:V``), computed and recorded on first use, read back after (without
+    ``dataset``: the newest reference recorded on the version, else the training
+    dataset's).
 
     Args:
         dataset: ``DATASET@N`` whose rows are the reference (default: the training
@@ -95,10 +97,15 @@ def model_reference(ref: str, *, dataset: str | None = None, workspace: Any = No
 
     ws = _ws(workspace)
     rec = parse_ref(ws, ref)
-    chosen = dataset or _training_dataset(rec, ref)
-    stored = ws.metadata.get_monitor_reference(rec.name, rec.version, chosen)
+    # a reference recorded on the version (given once with --reference) is reused
+    stored = ws.metadata.get_monitor_reference(rec.name, rec.version, dataset)
     if stored is not None and ws.artifacts.exists(stored.artifact_hash):
         return _load(ws, stored.artifact_hash)
+    chosen = dataset or _training_dataset(rec, ref)
+    if chosen != dataset:
+        stored = ws.metadata.get_monitor_reference(rec.name, rec.version, chosen)
+        if stored is not None and ws.artifacts.exists(stored.artifact_hash):
+            return _load(ws, stored.artifact_hash)
     built = _build(ws, rec, chosen, sample_rows, seed)
     _save(ws, built)
     return built
@@ -112,8 +119,9 @@ def _training_dataset(rec: Any, ref: str) -> str:
     if not datasets:
         raise UserError(f"{rec.ref} has no known training dataset (it was not registered "
                         "from a pipeline run that read a dataset version); pass the "
-                        f"reference rows with --reference DATASET@N, e.g. `reprise monitor "
-                        f"{ref} --reference churn@3`.")
+                        "reference rows, the dataset version it was trained on, with "
+                        f"--reference DATASET@N (e.g. `reprise monitor {ref} --reference "
+                        "DATASET@3`).")
     raise UserError(f"{rec.ref} was trained on several dataset versions "
                     f"({', '.join(map(str, datasets))}); choose the reference with "
                     "--reference DATASET@N.")

@@ -48,6 +48,7 @@ class Policy:
     latency_ratio_floor_ms: float = 5.0
     prediction_shift_max: float | None = 0.1
     shadow_agreement_min: float | None = 0.9
+    input_drift: bool = False
     slo_availability: float = 0.999
     slo_latency_ms: float | None = None
     slo_latency_target: float = 0.99
@@ -166,6 +167,11 @@ KEYS: tuple[Key, ...] = (
     Key("shadow", "agreement_min", "shadow_agreement_min", _number(0, 1, optional=True),
         "Least share of shadowed requests on which the candidate's answer equals the stable "
         "version's (shadow and blue-green)."),
+    Key("input_drift", "enabled", "input_drift", _bool,
+        "Fail when the candidate's logged traffic in the window drifts from the "
+        "candidate's reference (its training dataset; per-column tests, Holm-corrected, "
+        "`reprise monitor`'s defaults). Needs the request log on; installed by the CLI "
+        "(`reprise serve`, `reprise rollout`)."),
     Key("slo", "availability", "slo_availability", _number(0, 1, optional=False,
                                                            low_open=True, high_open=True),
         "Availability objective: the share of requests answered without a server error. "

@@ -39,13 +39,18 @@ class VersionWindow:
     shadow_dropped: int = 0
     first_bucket: int | None = None
     last_bucket: int | None = None
+    model: str = ""  # whose version: checks that read more than the buckets need it
+    since: float | None = None  # the window in Unix seconds (the request log's clock)
+    until: float | None = None
 
     @classmethod
     def from_rows(cls, version: int, role: str, rows: Iterable[BucketRow], *,
                   mode: str = "live", first_bucket: int | None = None,
-                  last_bucket: int | None = None) -> VersionWindow:
+                  last_bucket: int | None = None, model: str = "",
+                  since: float | None = None, until: float | None = None) -> VersionWindow:
         """The sum of ``rows`` of ``version`` (rows of other versions are left out)."""
-        w = cls(version, role, mode, first_bucket=first_bucket, last_bucket=last_bucket)
+        w = cls(version, role, mode, first_bucket=first_bucket, last_bucket=last_bucket,
+                model=model, since=since, until=until)
         for r in rows:
             if r.version != version:
                 continue

@@ -267,10 +267,12 @@ def rollout_windows(store: Any, rec: RolloutRecord,
         stable_rows = store.window_buckets(rec.id, first, last, versions=(rec.stable,))
         cand_rows = store.window_buckets(rec.id, step_first, last, versions=(rec.candidate,))
     stable = VersionWindow.from_rows(rec.stable, "stable", stable_rows, first_bucket=first,
-                                     last_bucket=last)
+                                     last_bucket=last, model=rec.name, since=first * b,
+                                     until=now)
     cand = VersionWindow.from_rows(rec.candidate, "candidate", cand_rows,
                                    mode="shadow" if rec.phase == "shadow" else "live",
-                                   first_bucket=step_first, last_bucket=last)
+                                   first_bucket=step_first, last_bucket=last, model=rec.name,
+                                   since=max(step_first * b, rec.step_started_at), until=now)
     return stable, cand
 
 

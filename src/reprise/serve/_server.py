@@ -67,6 +67,11 @@ class ServerState:
         self._unresolved: set[str] = set()  # refs whose last resolve failed
         workspace = getattr(source, "workspace", None)  # the registry's: rollouts live there
         self.rollouts = RolloutController(self, workspace) if workspace is not None else None
+        if workspace is not None:
+            from reprise.serve._drift_metrics import DriftCollector
+
+            self.metrics.registry.register(DriftCollector(
+                workspace, lambda: list(self.table.default_ref), time.monotonic))
         from reprise.serve._reqlog import create_request_logger
 
         self.request_log = create_request_logger(settings, workspace, self.metrics.registry)
