@@ -139,19 +139,8 @@ class Traffic(threading.Thread):
 
 
 def drift_report(root: Path) -> None:
-    """The live drift report of the newest 200 logged requests (per column)."""
-    code = ("from reprise.monitor._live import live_report\n"
-            "r = live_report('cancer@production', window=200, persist=False)\n"
-            "w = r.windows[-1] if r.windows else None\n"
-            "print('no window yet' if w is None else f'{w.window.rows} requests of '\n"
-            "      f'cancer:{w.version}: inputs {w.input.verdict} ({w.input.correction}), '\n"
-            "      f'predictions {w.prediction.verdict}')\n"
-            "for c in ([] if w is None else w.input.columns):\n"
-            "    if c.verdict == 'drift':\n"
-            "        print(f'  {c.column}: {c.method} statistic {c.statistic:.3g}, '\n"
-            "              f'adjusted p {c.p_adjusted:.2g}')\n")
-    print("\n$ (drift report of the served traffic)", flush=True)
-    subprocess.run([sys.executable, "-c", code], cwd=root, check=False)
+    """The live drift report of the newest 200 logged requests."""
+    reprise(root, "monitor", "cancer@production", "--window", "200")
 
 
 def wait_for_version(root: Path, version: int, timeout: float) -> None:
