@@ -53,7 +53,7 @@ retrain:
     strategy: canary
     steps: [50, 100]
     interval: 2s
-    policy: {analysis: {min_requests: 50}}
+    policy: {analysis: {min_requests: 100}}   # as examples/tabular/rollout.yaml
 notify:
   url: WEBHOOK
   timeout: 2s
@@ -144,6 +144,8 @@ def drift_report(root: Path) -> None:
 
 
 def wait_for_version(root: Path, version: int, timeout: float) -> None:
+    """Print the loop's and the rollout's audit events as they come, until the alias
+    reaches ``version`` (or the retrain or its rollout ends otherwise)."""
     from reprise.tracking import open_workspace
 
     ws = open_workspace(root)
@@ -157,6 +159,11 @@ def wait_for_version(root: Path, version: int, timeout: float) -> None:
             what = e.payload.get("action") or e.payload.get("decision") or ""
             extra = e.payload.get("reason") or e.payload.get("error") or ""
             print(f"[audit] {e.action} {e.subject} {what} {extra}".rstrip(), flush=True)
+            if e.action == "rollout.rollback" or (
+                    e.action == "monitor.action.failed" and what == "retrain"):
+                sys.exit("demo-loop: the loop did its part, and the candidate was stopped "
+                         "(above: why; on a busy machine the canary's latency check can "
+                         "fail). Nothing was promoted.")
         if ws.metadata.get_aliases("cancer").get("production") == version:
             return
         time.sleep(1)
