@@ -156,7 +156,7 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
     if monitor is not None:  # the closed loop in this process (a lease: one decides)
         from pathlib import Path
 
-        from reprise.cli._monitor_watch import start_watchers
+        from reprise.cli._loop_wiring import start_watchers
 
         if not monitor_interval > 0:
             raise UserError(f"--monitor-interval must be more than 0, not {monitor_interval}.")

@@ -1,9 +1,10 @@
 """``reprise monitor watch NAME@ALIAS --policy loop.yaml``: the closed loop as a long-lived
 process, and the same loop inside ``reprise serve --monitor loop.yaml``.
 
-The CLI is where the loop's server-layer actions are wired: ``monitor`` and ``serve``
-do not import each other, so aborting a rollout and starting a canary are handed to
-the loop as callables from here.
+The CLI is where the loop's server-layer actions are wired (``_loop_wiring.py``, which
+``reprise serve --monitor`` uses without loading Typer): ``monitor`` and ``serve`` do not
+import each other, so aborting a rollout and starting a canary are handed to the loop as
+callables from the CLI layer.
 """
 
 from __future__ import annotations
@@ -16,52 +17,9 @@ import typer
 
 from reprise.cli import _render as render
 from reprise.cli._fast import workspace as _ws
+from reprise.cli._loop_wiring import loop_actions
 
-__all__ = ["add_watch_command", "loop_actions", "start_watchers"]
-
-
-def loop_actions(ws: Any) -> Any:
-    """The loop's actions with the rollout calls of ``reprise.serve`` plugged in."""
-    from reprise.monitor._loop import LoopActions
-    from reprise.serve import abort_rollout, start_rollout
-
-    def abort(name: str, alias: str, reason: str) -> Any:
-        return abort_rollout(name, reason, alias, workspace=ws)
-
-    def start(name: str, version: int, alias: str, settings: dict[str, Any]) -> Any:
-        return start_rollout(name, version, alias=alias, strategy=settings["strategy"],
-                             steps=settings.get("steps"),
-                             interval=settings.get("interval", "60s"),
-                             policy=settings.get("policy"), workspace=ws)
-
-    return LoopActions(abort_rollout=abort, start_rollout=start)
-
-
-def start_watchers(refs: list[str], policy: Path, *, interval_s: float
-                   ) -> tuple[threading.Event, list[threading.Thread]]:
-    """Run the loop on each followed alias of ``refs`` in background threads (for
-    ``reprise serve --monitor``); only the holder of a model's lease acts. Set the event
-    to stop them."""
-    from reprise.core.errors import UserError
-    from reprise.monitor._loop import live_detector, watch
-    from reprise.monitor._triggers import load_trigger_policy
-
-    pol = load_trigger_policy(policy)  # a bad policy stops the server before it binds
-    watched = [r for r in refs if "@" in r]
-    if not watched:
-        raise UserError("--monitor watches followed aliases (NAME@ALIAS); none of "
-                        f"{refs} is one")
-    ws = _ws()
-    stop = threading.Event()
-    threads = [threading.Thread(
-        target=watch, name=f"reprise-monitor-{ref}", daemon=True,
-        args=(ref, pol, live_detector(ref, workspace=ws, window=pol.window,
-                                      reference=pol.reference)),
-        kwargs={"workspace": ws, "interval_s": interval_s, "actions": loop_actions(ws),
-                "stop": stop}) for ref in watched]
-    for t in threads:
-        t.start()
-    return stop, threads
+__all__ = ["add_watch_command"]
 
 
 def add_watch_command(app: typer.Typer) -> None:
