@@ -21,7 +21,7 @@ from tests.registry.test_cli import js, make_project, points
 
 
 def policy(eval_dataset: str) -> dict[str, Any]:
-    return {"rules": [{"on": "input_drift", "do": "retrain"}],
+    return {"rules": [{"on": "input_drift", "do": "retrain"}], "cooldown": {"retrain": 0},
             "retrain": {"dataset": "latest", "target": "y", "eval_dataset": eval_dataset,
                         "gates": {"accuracy": "no worse than baseline by 0.05",
                                   "roc_auc": "no worse than baseline by 0.05"},
@@ -44,14 +44,21 @@ def add_version(root: Path, frame: pd.DataFrame) -> None:
     cli(root, "data", "add", "points", "points.csv")
 
 
-def the_alarm() -> Any:
-    a = alarm(version=1)
+def the_alarm(start: float = 1_700_000_000.0) -> Any:
+    a = alarm(version=1, start=start)
     return type(a)(model="points", version=1, kind=a.kind, alias="production",
                    window=a.window, message=a.message, evidence=a.evidence)
 
 
-def test_retrain_on_the_newest_version_gates_registers_rolls_out_and_names_the_alarm(
-        project: Path) -> None:
+def test_retrain_passing_then_failing_gates(project: Path) -> None:
+    """One project (its setup is the slow part), two retrains: on ``points@2`` (the same
+    concept: gates pass, registered, rolled out), then on ``points@3`` (another concept:
+    the gate against production fails, nothing registered)."""
+    passing(project)
+    failing(project)
+
+
+def passing(project: Path) -> None:
     add_version(project, points(300, seed=1))  # points@2: more rows, the same concept
     started: list[tuple[str, int, str, dict[str, Any]]] = []
 
@@ -90,21 +97,23 @@ def test_retrain_on_the_newest_version_gates_registers_rolls_out_and_names_the_a
     assert json.loads(run.tags["reprise.alarm_evidence"]) == {"x": {"p": 1e-9}}
 
 
-def test_a_candidate_that_fails_its_gate_is_not_registered(project: Path) -> None:
+def failing(project: Path) -> None:
     frame = points(300, seed=2)
     frame["y"] = (frame["a"] + frame["b"] > 0).astype(int)  # a different concept
     add_version(project, frame)
     ws = open_workspace(project)
-    a = the_alarm()
+    a = the_alarm(start=1_700_009_000.0)
+    before = len(loop_events(ws, "points@production"))
     started: list[Any] = []
     res = watch_once("points@production", policy("points@1"), lambda: [a], workspace=ws,
                      holder="w", actions=LoopActions(start_rollout=lambda *x: started.append(x)))
     out = res.actions[0]
     assert out["outcome"] == "failed" and "gates failed: accuracy no worse than baseline" \
         in out["result"]["error"]
-    assert started == [] and [v.version for v in ws.metadata.list_model_versions("points")] == [1]
+    assert started == []
+    assert [v.version for v in ws.metadata.list_model_versions("points")] == [1, 2]
     assert ws.metadata.get_aliases("points")["production"] == 1
-    events = loop_events(ws, "points@production")
+    events = loop_events(ws, "points@production")[before:]
     assert [e.action for e in events] == ["monitor.alarm", "monitor.action.started",
                                           "monitor.action.failed"]
     failed = events[-1].payload
