@@ -45,6 +45,12 @@ def test_monitor_a_model_as_a_table_and_as_json(served: Any,
     code, _, _ = _cli(capsys, "monitor", "churn@production", "--reference", "train@1",
                       "--fail-on-alarm")
     assert code == 1
+    strict = Path("strict.yaml")  # in the workspace (the current directory)
+    strict.write_text("min_rows: 5000\n")  # every window is then too small for a verdict
+    code, out, _ = _cli(capsys, "monitor", "churn", "--policy", str(strict), "--json",
+                        "--fail-on-alarm")
+    assert code == 0 and json.loads(out)["windows"][0]["verdicts"]["input_drift"] == \
+        "insufficient"
 
 
 def test_bad_refs_and_options_exit_2(served: Any, capsys: pytest.CaptureFixture[str]) -> None:

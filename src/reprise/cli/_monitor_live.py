@@ -5,6 +5,7 @@ live variant of ``reprise monitor report``. The API is ``reprise.monitor._live``
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -59,8 +60,9 @@ def show(
     windows: WindowsOpt = 1,
     reference: ReferenceOpt = None,
     since: SinceOpt = None,
-    policy: Annotated[Any, typer.Option(
-        "--policy", help="YAML drift policy (alpha, correction, min_rows, ...).")] = None,
+    policy: Annotated[Path | None, typer.Option(
+        "--policy", help="YAML drift policy (alpha, correction, min_rows, ks_max_rows, k, "
+        "columns).")] = None,
     fail_on_alarm: Annotated[bool, typer.Option(
         "--fail-on-alarm", help="Exit 1 when a window raises an alarm.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")

@@ -145,7 +145,7 @@ def live_report(ref: str, *, window: int | str | None = None, windows: int = 1,
     end = time.time() if now is None else float(now)
     accs = _collect(ws, mref, by, size, windows, since, end)
     out = [_judge(a, mref, policy) for a in accs]
-    alarms = [al for w in out for al in _alarms(w, mref, alias, policy, end)]
+    alarms = [al for w in out for al in _alarms(w, mref, alias, end)]
     report = LiveReport(rec.name, rec.version, alias,
                         {"by": by, "size": int(size) if by == "rows" else size},
                         mref.describe(), out, alarms, mref.inputs)
@@ -301,7 +301,7 @@ def _judge(acc: _Acc, mref: ModelReference, policy: DriftPolicy) -> LiveWindow:
                       acc.inputs)
 
 
-def _alarms(w: LiveWindow, mref: ModelReference, alias: str | None, policy: DriftPolicy,
+def _alarms(w: LiveWindow, mref: ModelReference, alias: str | None,
             now: float) -> list[Alarm]:
     out = []
     for kind, report in (("input_drift", w.input), ("prediction_drift", w.prediction)):
