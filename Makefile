@@ -22,11 +22,12 @@ FLOORS_TESTS ?= tests/evaluate tests/data tests/registry/test_registry.py tests/
 FLOORS_WARNINGS := -W "ignore:'click.utils.:DeprecationWarning" \
 	-W "ignore:scipy.optimize:DeprecationWarning"
 
-.PHONY: demo test test-floors test-reliability bench lint install install-demo install-dev \
+.PHONY: demo demo-loop test test-floors test-reliability bench lint install install-demo install-dev \
 	install-bench clean help
 
 help:
 	@echo "make demo   - install and run the example end to end (embedded SQLite workspace)"
+	@echo "make demo-loop - drift on served traffic -> alarm -> retrain -> canary -> promotion"
 	@echo "make test   - install with dev extras and run the test suite"
 	@echo "make test-floors - tests at the lowest versions of the core dependencies allowed"
 	@echo "make bench  - run the benchmarks against peer tools; results in bench/results/"
@@ -59,6 +60,9 @@ install-bench: $(VENV)/.stamp-bench
 
 demo: install-demo
 	$(PY) examples/demo.py
+
+demo-loop: install-demo
+	$(PY) examples/demo_loop.py
 
 test: install-dev
 	$(PY) -m pytest -q -m "not reliability" -p no:cacheprovider --durations=30

@@ -13,6 +13,9 @@ def test_exported_members() -> None:
         "ExportReport", "add_feedback", "add_feedback_file", "export_labelled",
         "iter_requests", "list_request_chunks", "prune_requests", "read_requests",
         # live windows of a served model (tests/monitor/test_live.py)
-        "LiveReport", "LiveWindow", "ModelReference", "live_report", "model_reference"])
+        "LiveReport", "LiveWindow", "ModelReference", "live_report", "model_reference",
+        # the closed loop (tests/monitor/test_loop.py)
+        "LoopActions", "TickResult", "TriggerPolicy", "load_trigger_policy", "watch",
+        "watch_once"])
     for name in reprise.monitor.__all__:
         assert getattr(reprise.monitor, name) is not None

@@ -121,7 +121,8 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
                   log_flush_s: float = 10.0,
                   log_max_age_days: float = 30.0, log_max_mb: float = 1024.0,
                   slo_availability: float = 0.999, slo_latency_ms: float | None = None,
-                  slo_latency_target: float = 0.99, otel: bool = False) -> int:
+                  slo_latency_target: float = 0.99, otel: bool = False,
+                  monitor: str | None = None, monitor_interval: float = 60.0) -> int:
     """Serve registered models until stopped; return the exit code."""
     from reprise.core import require
     from reprise.core.errors import UserError
@@ -151,10 +152,25 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
                         slo_latency_target=slo_latency_target, otel=otel)
     from reprise.cli._drift_check import install_input_drift_check
 
-    source = RegistrySource(workspace())
-    install_input_drift_check(source.workspace)  # loads nothing until a policy asks
-    run_server(source, refs, settings=settings, host=host, port=port,
-               log_level=log_level, access_log=access_log)
+    stop, watchers = None, list[Any]()
+    if monitor is not None:  # the closed loop in this process (a lease: one decides)
+        from pathlib import Path
+
+        from reprise.cli._loop_wiring import start_watchers
+
+        if not monitor_interval > 0:
+            raise UserError(f"--monitor-interval must be more than 0, not {monitor_interval}.")
+        stop, watchers = start_watchers(refs, Path(monitor), interval_s=monitor_interval)
+    try:
+        source = RegistrySource(workspace())
+        install_input_drift_check(source.workspace)  # loads nothing until a policy asks
+        run_server(source, refs, settings=settings, host=host, port=port,
+                   log_level=log_level, access_log=access_log)
+    finally:
+        if stop is not None:
+            stop.set()
+            for t in watchers:  # each gives its lease up on the way out
+                t.join(10)
     return 0
 
 
@@ -233,6 +249,8 @@ def _serve_parser() -> argparse.ArgumentParser:
     ap.add_argument("--slo-latency-ms", type=float, default=None)
     ap.add_argument("--slo-latency-target", type=float, default=0.99)
     ap.add_argument("--otel", action="store_true")
+    ap.add_argument("--monitor", default=None)
+    ap.add_argument("--monitor-interval", type=float, default=60.0)
     return ap
 
 

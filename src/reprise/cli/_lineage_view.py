@@ -18,10 +18,33 @@ def lineage_title(tree: dict[str, Any]) -> str:
         summary = tree.get("summary") or {}
         return (f"model {tree['ref']} = {tree['model']}  (run {tree.get('run') or '-'}; data "
                 f"{', '.join(summary.get('datasets') or []) or '-'}; code snapshot "
-                f"{(summary.get('code_snapshot') or '-')[:16]})")
+                f"{(summary.get('code_snapshot') or '-')[:16]})" + _trigger_line(summary))
     if tree["kind"] == "run":
         return f"run {tree['root']}  ({tree.get('pipeline') or ''})"
     return f"artifact {tree['root']}"
+
+
+def _trigger_line(summary: dict[str, Any]) -> str:
+    """alarm -> monitoring window -> retraining run -> data -> code, for a version the
+    monitor's loop retrained."""
+    trig = summary.get("trigger")
+    if not trig:
+        return ""
+    alarm, window = trig.get("alarm") or {}, trig.get("window") or {}
+    return (f"\n  retrained by the monitor: alarm {alarm.get('id', '?')} ({alarm.get('kind', '?')}"
+            f" on {alarm.get('model', '?')}: {alarm.get('message', '')})"
+            f" -> window {window.get('rows', '?')} rows {_when(window.get('start'))}.."
+            f"{_when(window.get('end'))} -> run {summary.get('run') or '-'} -> data "
+            f"{', '.join(summary.get('datasets') or []) or '-'} -> code "
+            f"{(summary.get('code_snapshot') or '-')[:16]}")
+
+
+def _when(t: Any) -> str:
+    import time
+
+    if not isinstance(t, int | float):
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
 
 
 def _input(i: dict[str, Any], outputs_of: dict[str, int]) -> str:

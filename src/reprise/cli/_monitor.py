@@ -185,3 +185,8 @@ from reprise.cli._monitor_log import add_request_log_commands  # noqa: E402
 
 add_request_log_commands(monitor_app)
 add_live_commands(monitor_app)
+
+# the closed loop (issue 15.7): ``reprise monitor watch``
+from reprise.cli._monitor_watch import add_watch_command  # noqa: E402
+
+add_watch_command(monitor_app)

@@ -85,6 +85,12 @@ def serve(
              "none).")] = None,
     slo_latency_target: Annotated[float, typer.Option(
         help="The share of requests that must be faster than --slo-latency-ms.")] = 0.99,
+    monitor: Annotated[str | None, typer.Option(
+        metavar="POLICY.yaml", help="Run the closed loop (as `reprise monitor watch`) on each "
+        "followed alias in this process, by this trigger policy; with several servers, one "
+        "decides at a time.")] = None,
+    monitor_interval: Annotated[float, typer.Option(
+        help="Seconds between two looks of --monitor at the traffic.")] = 60.0,
     otel: Annotated[bool, typer.Option(
         "--otel", help="Export OpenTelemetry spans of prediction requests, configured by "
                        "the OTEL_* environment variables (pip install 'reprise-ml[otel]').")
@@ -109,4 +115,5 @@ def serve(
                   log_flush_s=log_flush_s,
                   log_max_age_days=log_max_age_days, log_max_mb=log_max_mb,
                   slo_availability=slo_availability, slo_latency_ms=slo_latency_ms,
-                  slo_latency_target=slo_latency_target, otel=otel)
+                  slo_latency_target=slo_latency_target, otel=otel, monitor=monitor,
+                  monitor_interval=monitor_interval)

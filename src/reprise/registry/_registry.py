@@ -20,6 +20,7 @@ only give the friendlier message, never the guarantee.
 from __future__ import annotations
 
 import getpass
+import json
 import os
 import re
 import socket
@@ -137,9 +138,24 @@ def _lineage_summary(ws: Any, run_id: str) -> dict[str, Any]:
                        if isinstance(v, dict) and "$input" in v and v.get("resolved")})
     files = sorted({str(v["path"]) for v in rec.params.values()
                     if isinstance(v, dict) and "$path" in v})
-    return {"run": rec.id, "pipeline": rec.tags.get("reprise.pipeline"),
-            "code_snapshot": rec.tags.get("reprise.code_snapshot"), "datasets": datasets,
-            "files": files, "git_commit": rec.git_commit, "git_dirty": rec.git_dirty}
+    out = {"run": rec.id, "pipeline": rec.tags.get("reprise.pipeline"),
+           "code_snapshot": rec.tags.get("reprise.code_snapshot"), "datasets": datasets,
+           "files": files, "git_commit": rec.git_commit, "git_dirty": rec.git_dirty}
+    if "reprise.alarm" in rec.tags:  # a retraining run the monitor's loop started
+        out["trigger"] = _trigger(rec.tags)
+    return out
+
+
+def _trigger(tags: dict[str, str]) -> dict[str, Any]:
+    """The alarm that started a retraining run, from its tags (see monitor._retrain)."""
+    def doc(key: str) -> Any:
+        try:
+            return json.loads(tags.get(key) or "null")
+        except ValueError:
+            return tags.get(key)
+
+    return {"alarm": doc("reprise.alarm"), "window": doc("reprise.monitor_window"),
+            "retrain_of": tags.get("reprise.retrain_of")}
 
 
 def promote(ws: Any, name: str, version: int, alias: str, *, force: bool = False,
