@@ -19,6 +19,13 @@ across processes and restarts without a table of their own:
   last start of that action on this model was too recent) or the in-flight limit (one
   started, not finished, and younger than its timeout) held back.
 
+While a round runs (its detector, its actions: a retrain may take an hour) a heartbeat
+thread renews the lease every third of its TTL, so no other watcher takes over a model
+whose retrain is still running. A renewal refused (another watcher holds the lease: this
+one stalled past the TTL) or none succeeding for a whole TTL loses it: the running
+retrain is stopped (its process ended, nothing registered, ``reason: lease_lost``) and
+the round acts on nothing more (``TickResult.lease_lost``).
+
 Actions that need the server layer (abort a rollout, start a canary rollout) are
 injected as callables by the CLI (:class:`LoopActions`), since ``monitor`` and
 ``serve`` do not import each other. The clock is a parameter.
@@ -76,11 +83,52 @@ class TickResult:
     new_alarms: list[str] = field(default_factory=list)
     repeated: list[str] = field(default_factory=list)  # alarms of an incident already acted on
     actions: list[dict[str, Any]] = field(default_factory=list)  # action, outcome, ...
+    lease_lost: bool = False  # the lease was lost during the round: it stopped acting
 
     def to_dict(self) -> dict[str, Any]:
         return {"leader": self.leader, "alarms": [a.to_dict() for a in self.alarms],
                 "new_alarms": self.new_alarms, "repeated": self.repeated,
-                "actions": self.actions}
+                "actions": self.actions, "lease_lost": self.lease_lost}
+
+
+class _Heartbeat:
+    """Renews ``holder``'s lease on ``key`` every ``ttl_s / 3`` in a thread while the
+    round runs; :attr:`lost` is set once a renewal is refused or none succeeded for a
+    whole TTL. ``clock()`` is the watcher's clock (the round's ``now``, moving on)."""
+
+    def __init__(self, ws: Any, key: str, holder: str, ttl_s: float,
+                 clock: Callable[[], float]) -> None:
+        self.ws, self.key, self.holder, self.ttl_s, self.clock = ws, key, holder, ttl_s, clock
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"reprise-lease-{key}")
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        last_ok = self.clock()
+        while not self._stop.wait(self.ttl_s / 3):
+            now = self.clock()
+            try:
+                ok = self.ws.metadata.acquire_lease(self.key, self.holder, self.ttl_s, now)
+            except Exception:  # a blip of the database: try again, until the TTL is gone
+                log.warning("renewing the lease %s failed", self.key, exc_info=True)
+                ok = None
+            if ok:
+                last_ok = now
+            elif ok is False or now - last_ok >= self.ttl_s:
+                log.error("the lease %s was lost (held by %s now): this watcher stops acting",
+                          self.key, self.ws.metadata.lease_holder(self.key, now)
+                          if ok is False else "nobody it could ask")
+                self.lost.set()
+                return
 
 
 def lease_key(name: str, alias: str) -> str:
@@ -148,6 +196,17 @@ def watch_once(ref: str, policy: Any, detector: Detector, *, workspace: Any = No
     t = time.time() if now is None else now
     if not ws.metadata.acquire_lease(lease_key(name, alias), who, lease_ttl_s, t):
         return TickResult(leader=False)
+    started = time.monotonic()
+    with _Heartbeat(ws, lease_key(name, alias), who, lease_ttl_s,
+                    lambda: t + (time.monotonic() - started)) as beat:
+        result = _round(ws, who, name, alias, pol, detector, actions or LoopActions(), t,
+                        beat.lost)
+    result.lease_lost = beat.lost.is_set()
+    return result
+
+
+def _round(ws: Any, who: str, name: str, alias: str, pol: TriggerPolicy, detector: Detector,
+           actions: LoopActions, t: float, lost: threading.Event) -> TickResult:
     alarms = list(detector())
     subject = f"{name}@{alias}"
     events = loop_events(ws, subject)
@@ -156,6 +215,8 @@ def watch_once(ref: str, policy: Any, detector: Detector, *, workspace: Any = No
             if e.action == "monitor.alarm"}
     result = TickResult(leader=True, alarms=alarms)
     for alarm in alarms:
+        if lost.is_set():
+            break  # another watcher decides now
         if alarm.id in seen:
             continue
         key = _incident(alarm.to_dict())
@@ -170,8 +231,10 @@ def watch_once(ref: str, policy: Any, detector: Detector, *, workspace: Any = No
                {"alarm": alarm.id, "at": t, **alarm.to_dict()})
         log.warning("alarm %s on %s: %s", alarm.id, subject, alarm.message)
         for action in pol.actions_for(alarm.kind):
+            if lost.is_set():
+                break
             result.actions.append(_act(ws, who, subject, name, alias, pol, alarm, action,
-                                       actions or LoopActions(), t))
+                                       actions, t, lost.is_set))
     return result
 
 
@@ -207,7 +270,8 @@ def _blocked(ws: Any, subject: str, pol: TriggerPolicy, action: str,
 
 
 def _act(ws: Any, who: str, subject: str, name: str, alias: str, pol: TriggerPolicy,
-         alarm: Alarm, action: str, actions: LoopActions, now: float) -> dict[str, Any]:
+         alarm: Alarm, action: str, actions: LoopActions, now: float,
+         cancelled: Callable[[], bool]) -> dict[str, Any]:
     base = {"alarm": alarm.id, "kind": alarm.kind, "action": action, "at": now,
             "window": alarm.window.to_dict(), "evidence": alarm.evidence}
     blocked = _blocked(ws, subject, pol, action, now)
@@ -218,13 +282,16 @@ def _act(ws: Any, who: str, subject: str, name: str, alias: str, pol: TriggerPol
         return {"action": action, "alarm": alarm.id, "outcome": "skipped", "reason": why}
     started = ws.metadata.append_audit(who, "monitor.action.started", subject, base)
     try:
-        out = _run(ws, name, alias, pol, alarm, action, actions)
+        out = _run(ws, name, alias, pol, alarm, action, actions, cancelled)
     except Exception as exc:  # an action's failure is a recorded outcome, not a crash
         error = str(exc) or type(exc).__name__
+        # a stopped retrain says why (timeout, lease_lost) and which process it ended
+        stopped = {k: getattr(exc, k) for k in ("reason", "pid") if hasattr(exc, k)}
         _audit(ws, who, "monitor.action.failed", subject,
-               {**base, "started_seq": started.seq, "error": error})
+               {**base, "started_seq": started.seq, "error": error, **stopped})
         log.error("%s on %s for alarm %s failed: %s", action, subject, alarm.id, error)
-        return {"action": action, "alarm": alarm.id, "outcome": "failed", "error": error}
+        return {"action": action, "alarm": alarm.id, "outcome": "failed", "error": error,
+                **({"reason": stopped["reason"]} if "reason" in stopped else {})}
     ok = out.pop("ok", True)
     verb = "monitor.action.succeeded" if ok else "monitor.action.failed"
     _audit(ws, who, verb, subject, {**base, "started_seq": started.seq, "result": out})
@@ -235,7 +302,7 @@ def _act(ws: Any, who: str, subject: str, name: str, alias: str, pol: TriggerPol
 
 
 def _run(ws: Any, name: str, alias: str, pol: TriggerPolicy, alarm: Alarm, action: str,
-         actions: LoopActions) -> dict[str, Any]:
+         actions: LoopActions, cancelled: Callable[[], bool]) -> dict[str, Any]:
     if action == "rollback":
         return _rollback(ws, name, alias, alarm, actions)
     if action == "notify":
@@ -249,7 +316,8 @@ def _run(ws: Any, name: str, alias: str, pol: TriggerPolicy, alarm: Alarm, actio
     from reprise.monitor._retrain import retrain
 
     run = actions.retrain or retrain
-    return run(ws, name, alias, alarm, pol.retrain, start_rollout=actions.start_rollout)
+    return run(ws, name, alias, alarm, pol.retrain, start_rollout=actions.start_rollout,
+               cancelled=cancelled)
 
 
 def _rollback(ws: Any, name: str, alias: str, alarm: Alarm,
