@@ -6,7 +6,10 @@ watcher that does not hold it does nothing), asks the detector for alarms, and f
 alarm it has not seen before records it and runs the actions the policy maps it to.
 
 Every fact it acts on is in the audit log, so cooldowns and the in-flight limit hold
-across processes and restarts without a table of their own:
+across processes and restarts without a table of their own. A round asks the database
+for this subject's ``monitor.*`` events of the recent past only (the longest cooldown,
+in-flight limit or repeat time, see :func:`_horizon`) and for the events of the alarms
+it detected now, never for the whole log:
 
 * ``monitor.alarm`` — an alarm (its id, kind, window, evidence); an alarm id already in
   the log is not acted on again (ids are content hashes: the same finding re-detected
@@ -55,6 +58,8 @@ log = logging.getLogger("reprise.monitor.loop")
 Detector = Callable[[], list[Alarm]]
 DEFAULT_LEASE_TTL_S = 60.0
 NOTIFY_IN_FLIGHT_S = 60.0  # a notify is a bounded POST: never "in flight" longer
+_OTHER_IN_FLIGHT_S = 600.0  # a rollback
+_CLOCK_SLACK_S = 300.0
 
 
 @dataclass
@@ -155,10 +160,24 @@ def split_alias(ref: str) -> tuple[str, str]:
     return name, alias
 
 
-def loop_events(ws: Any, subject: str) -> list[Any]:
-    """The audit events of the loop on ``subject`` (``NAME@ALIAS``), oldest first."""
-    return [e for e in ws.metadata.list_audit_events()
-            if e.subject == subject and e.action.startswith("monitor.")]
+def loop_events(ws: Any, subject: str, *, since: float | None = None) -> list[Any]:
+    """The audit events of the loop on ``subject`` (``NAME@ALIAS``), oldest first (those
+    appended at or after ``since``); the database finds them."""
+    return list(ws.metadata.subject_events(subject, "monitor.", since=since))
+
+
+def _horizon(pol: TriggerPolicy) -> float:
+    """How far back a round needs the log: the longest cooldown, in-flight limit or
+    repeat time (an older start neither holds an action back nor makes an incident),
+    and some slack for the clocks of other watchers."""
+    limits = [pol.repeat_s, NOTIFY_IN_FLIGHT_S, _OTHER_IN_FLIGHT_S, *pol.cooldown_s.values()]
+    if pol.retrain is not None:
+        limits.append(pol.retrain.timeout_s)
+    return max(limits) + _CLOCK_SLACK_S
+
+
+def _recent(ws: Any, subject: str, pol: TriggerPolicy, now: float) -> list[Any]:
+    return loop_events(ws, subject, since=now - _horizon(pol))
 
 
 def live_detector(ref: str, *, workspace: Any = None, window: Any = None,
@@ -209,8 +228,14 @@ def _round(ws: Any, who: str, name: str, alias: str, pol: TriggerPolicy, detecto
            actions: LoopActions, t: float, lost: threading.Event) -> TickResult:
     alarms = list(detector())
     subject = f"{name}@{alias}"
-    events = loop_events(ws, subject)
+    # the recent events (cooldowns, incidents), and any event of the alarms detected now,
+    # however old (an alarm id already in the log is not acted on again)
+    events = _recent(ws, subject, pol, t)
     seen = {e.payload.get("alarm") for e in events if e.action == "monitor.alarm"}
+    if alarms:
+        seen |= {e.payload.get("alarm") for e in ws.metadata.subject_events(
+            subject, "monitor.alarm", payload_in=("alarm", [a.id for a in alarms]))
+            if e.action == "monitor.alarm"}
     last = {_incident(e.payload): float(e.payload.get("at", e.time)) for e in events
             if e.action == "monitor.alarm"}
     result = TickResult(leader=True, alarms=alarms)
@@ -249,7 +274,7 @@ def _audit(ws: Any, who: str, action: str, subject: str, payload: dict[str, Any]
 def _blocked(ws: Any, subject: str, pol: TriggerPolicy, action: str,
              now: float) -> tuple[str, dict[str, Any]] | None:
     """``("in_flight"|"cooldown", details)`` when ``action`` may not start now."""
-    events = [e for e in loop_events(ws, subject) if e.payload.get("action") == action]
+    events = [e for e in _recent(ws, subject, pol, now) if e.payload.get("action") == action]
     starts = [e for e in events if e.action == "monitor.action.started"]
     if not starts:
         return None
@@ -258,7 +283,7 @@ def _blocked(ws: Any, subject: str, pol: TriggerPolicy, action: str,
     ended = {e.payload.get("started_seq") for e in events
              if e.action in ("monitor.action.succeeded", "monitor.action.failed")}
     limit = (pol.retrain.timeout_s if action == "retrain" and pol.retrain is not None
-             else NOTIFY_IN_FLIGHT_S if action == "notify" else 600.0)
+             else NOTIFY_IN_FLIGHT_S if action == "notify" else _OTHER_IN_FLIGHT_S)
     if last.seq not in ended and now - at < limit:
         return "in_flight", {"started_seq": last.seq, "started_at": at,
                              "alarm_in_flight": last.payload.get("alarm")}
