@@ -121,3 +121,20 @@ def test_the_loop_audits_a_timed_out_retrain_and_registers_nothing(
     parent, child = wait_for(pids)
     assert last.payload["pid"] == parent and gone(parent) and gone(child)
     assert [v.version for v in ws.metadata.list_model_versions("churn")] == [1, 2]
+
+
+def test_only_a_stopped_retrain_gives_a_reason(ws: Any) -> None:  # noqa: F811
+    """An error that merely has a ``reason`` attribute (URLError: an OSError) is a plain
+    failure, recorded as such."""
+    import urllib.error
+
+    def boom(*a: Any, **kw: Any) -> dict[str, Any]:
+        raise urllib.error.URLError(ConnectionRefusedError("refused"))
+
+    pol = {"rules": [{"on": "input_drift", "do": "retrain"}]}
+    res = watch_once("churn@production", pol, lambda: [alarm()], workspace=ws, holder="w",
+                     actions=LoopActions(retrain=boom))
+    assert res.actions[0]["outcome"] == "failed" and "reason" not in res.actions[0]
+    last = loop_events(ws, "churn@production")[-1]
+    assert last.action == "monitor.action.failed" and "refused" in last.payload["error"]
+    assert "reason" not in last.payload

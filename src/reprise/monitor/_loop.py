@@ -310,8 +310,11 @@ def _act(ws: Any, who: str, subject: str, name: str, alias: str, pol: TriggerPol
         out = _run(ws, name, alias, pol, alarm, action, actions, cancelled)
     except Exception as exc:  # an action's failure is a recorded outcome, not a crash
         error = str(exc) or type(exc).__name__
+        from reprise.monitor._retrain import RetrainStopped
+
         # a stopped retrain says why (timeout, lease_lost) and which process it ended
-        stopped = {k: getattr(exc, k) for k in ("reason", "pid") if hasattr(exc, k)}
+        stopped = ({"reason": exc.reason, "pid": exc.pid} if isinstance(exc, RetrainStopped)
+                   else {})
         _audit(ws, who, "monitor.action.failed", subject,
                {**base, "started_seq": started.seq, "error": error, **stopped})
         log.error("%s on %s for alarm %s failed: %s", action, subject, alarm.id, error)
