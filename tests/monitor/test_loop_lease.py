@@ -20,7 +20,7 @@ POL = {"rules": [{"on": ["input_drift", "prediction_drift"], "do": "retrain"}],
 
 
 def test_a_second_watcher_cannot_take_the_lease_during_a_long_retrain(ws: Any) -> None:  # noqa: F811
-    ttl = 0.6
+    ttl = 1.2  # renewed every 0.4 s: a stall of 0.8 s would lose it
     running, finish = threading.Event(), threading.Event()
 
     def long_retrain(*a: Any, **kw: Any) -> dict[str, Any]:
@@ -35,7 +35,7 @@ def test_a_second_watcher_cannot_take_the_lease_during_a_long_retrain(ws: Any) -
     first.start()
     try:
         assert running.wait(20)
-        time.sleep(3 * ttl)  # the lease would have expired twice over without renewals
+        time.sleep(2.2 * ttl)  # the lease would have expired twice without renewals
         other = watch_once("churn@production", POL, lambda: [alarm("prediction_drift")],
                            workspace=ws, holder="b", lease_ttl_s=ttl,
                            actions=LoopActions(retrain=long_retrain))
