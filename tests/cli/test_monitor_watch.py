@@ -60,3 +60,22 @@ def test_a_bad_policy_is_a_user_error(tmp_path: Path, monkeypatch: pytest.Monkey
     assert code == 2 and "rules[0].do" in err and "'reboot'" in err
     code, _, err = _cli(capsys, "monitor", "watch", "churn:1", "--policy", "loop.yaml")
     assert code == 2
+
+
+def test_a_stopped_retrain_and_a_lost_lease_are_shown(capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    from reprise.cli._monitor_watch import _print
+    from reprise.monitor._loop import TickResult
+    from tests.monitor.test_loop import alarm
+
+    a = alarm()
+    res = TickResult(leader=True, alarms=[a], new_alarms=[a.id], lease_lost=True,
+                     actions=[{"action": "retrain", "alarm": a.id, "outcome": "failed",
+                               "reason": "lease_lost", "error": "the retraining process 7 "
+                               "was stopped"}])
+    _print("churn@production", res, False)
+    out = capsys.readouterr().out
+    assert "  retrain: failed (lease_lost: the retraining process 7 was stopped)" in out
+    assert "churn@production: this watcher lost its lease during the round" in out
+    _print("churn@production", res, True)
+    assert json.loads(capsys.readouterr().out)["lease_lost"] is True

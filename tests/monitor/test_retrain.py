@@ -56,6 +56,7 @@ def test_retrain_passing_then_failing_gates(project: Path) -> None:
     the gate against production fails, nothing registered)."""
     passing(project)
     failing(project)
+    timing_out(project)
 
 
 def passing(project: Path) -> None:
@@ -120,3 +121,21 @@ def failing(project: Path) -> None:
     assert failed["alarm"] == a.id and failed["evidence"] == {"x": {"p": 1e-9}}
     gate = [g for g in failed["result"]["gates"] if g["source"] == "policy"][0]
     assert gate["passed"] is False and gate["actual"] < gate["baseline"] - 0.05
+
+
+def timing_out(project: Path) -> None:
+    """A retrain past ``retrain.timeout``: its process is ended, the action audited as
+    failed with reason timeout, nothing registered."""
+    from tests.monitor.test_retrain_bounds import gone
+
+    ws = open_workspace(project)
+    pol = policy("points@1")
+    pol["retrain"]["timeout"] = "200ms"  # less than the retraining process takes to start
+    res = watch_once("points@production", pol, lambda: [the_alarm(start=1_700_020_000.0)],
+                     workspace=ws, holder="w", actions=LoopActions(start_rollout=None))
+    out = res.actions[0]
+    assert out["outcome"] == "failed" and out["reason"] == "timeout", out
+    failed = loop_events(ws, "points@production")[-1]
+    assert failed.action == "monitor.action.failed" and failed.payload["reason"] == "timeout"
+    assert gone(int(failed.payload["pid"]))
+    assert [v.version for v in ws.metadata.list_model_versions("points")] == [1, 2]

@@ -162,6 +162,40 @@ def test_a_rollouts_events_are_found_by_the_database(store: SqlMetadataStore) ->
     assert store.rollout_events("nope", one.ref) == []
 
 
+def test_a_subjects_events_are_found_by_the_database(store: SqlMetadataStore,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the monitor loop asks for (issue 15.7): one subject's events of one action
+    prefix, recent ones (by the events' time), or those naming given values."""
+    from reprise.store import _sql_registry
+
+    class Clock:
+        now = 1_000.0
+
+        def time(self) -> float:
+            return self.now
+
+    clock = Clock()
+    monkeypatch.setattr(_sql_registry, "time", clock)
+    store.append_audit("t", "monitor.alarm", "m@production", {"alarm": "a_1"})  # old
+    clock.now = 5_000.0
+    store.append_audit("t", "monitor.alarm", "m@production", {"alarm": "a%2"})
+    store.append_audit("t", "monitor.action.started", "m@production",
+                       {"action": "notify", "alarm": "a_1"})
+    store.append_audit("t", "monitor.alarm", "m@staging", {"alarm": "a_1"})  # another subject
+    store.append_audit("t", "monitorx", "m@production", {"alarm": "a_1"})  # another action
+    store.append_audit("t", "monitor.alarm", "m@production", {"alarm": "aX1"})  # _ is literal
+    every = store.subject_events("m@production", "monitor.")
+    assert [e.payload["alarm"] for e in every] == ["a_1", "a%2", "a_1", "aX1"]
+    assert [e.payload["alarm"] for e in store.subject_events(
+        "m@production", "monitor.", since=4_000.0)] == ["a%2", "a_1", "aX1"]
+    by_id = store.subject_events("m@production", "monitor.alarm",
+                                 payload_in=("alarm", ["a_1", "a%2", "nope"]))
+    assert [(e.action, e.payload["alarm"]) for e in by_id] == [("monitor.alarm", "a_1"),
+                                                               ("monitor.alarm", "a%2")]
+    assert store.subject_events("m@production", "monitor.", payload_in=("alarm", [])) == []
+    assert verify_events(store.list_audit_events()).ok
+
+
 class TestBuckets:
     def row(self, version: int = 1, bucket: int = 10, server: str = "s1", requests: int = 3,
             errors: int = 1, **kw: Any) -> BucketRow:

@@ -73,7 +73,8 @@ def add_watch_command(app: typer.Typer) -> None:
         try:
             watch(ref, pol, detect, workspace=ws, interval_s=interval,
                   actions=loop_actions(ws), stop=stop,
-                  on_tick=lambda r: _print(ref, r, as_json) if r.new_alarms else None)
+                  on_tick=lambda r: _print(ref, r, as_json)
+                  if r.new_alarms or r.lease_lost else None)
         except KeyboardInterrupt:
             stop.set()
 
@@ -91,9 +92,12 @@ def _print(ref: str, res: Any, as_json: bool) -> None:
         new = " (new)" if a.id in res.new_alarms else ""
         typer.echo(f"{ref}: alarm {a.id} {a.kind}{new}: {a.message}")
     for act in res.actions:
-        detail = act.get("reason") or act.get("error") or ""
+        detail = ": ".join(str(act[k]) for k in ("reason", "error") if act.get(k))
         result = act.get("result") or {}
         if not detail and result:
             detail = ", ".join(f"{k}={result[k]}" for k in ("version", "rollout", "from", "to",
                                                             "status", "run") if k in result)
         typer.echo(f"  {act['action']}: {act['outcome']}" + (f" ({detail})" if detail else ""))
+    if res.lease_lost:
+        typer.echo(f"{ref}: this watcher lost its lease during the round and stopped acting "
+                   "(another watcher decides now)")

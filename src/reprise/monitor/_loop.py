@@ -6,7 +6,10 @@ watcher that does not hold it does nothing), asks the detector for alarms, and f
 alarm it has not seen before records it and runs the actions the policy maps it to.
 
 Every fact it acts on is in the audit log, so cooldowns and the in-flight limit hold
-across processes and restarts without a table of their own:
+across processes and restarts without a table of their own. A round asks the database
+for this subject's ``monitor.*`` events of the recent past only (the longest cooldown,
+in-flight limit or repeat time, see :func:`_horizon`) and for the events of the alarms
+it detected now, never for the whole log:
 
 * ``monitor.alarm`` — an alarm (its id, kind, window, evidence); an alarm id already in
   the log is not acted on again (ids are content hashes: the same finding re-detected
@@ -18,6 +21,13 @@ across processes and restarts without a table of their own:
 * ``monitor.action.skipped`` — an action the policy called for but the cooldown (the
   last start of that action on this model was too recent) or the in-flight limit (one
   started, not finished, and younger than its timeout) held back.
+
+While a round runs (its detector, its actions: a retrain may take an hour) a heartbeat
+thread renews the lease every third of its TTL, so no other watcher takes over a model
+whose retrain is still running. A renewal refused (another watcher holds the lease: this
+one stalled past the TTL) or none succeeding for a whole TTL loses it: the running
+retrain is stopped (its process ended, nothing registered, ``reason: lease_lost``) and
+the round acts on nothing more (``TickResult.lease_lost``).
 
 Actions that need the server layer (abort a rollout, start a canary rollout) are
 injected as callables by the CLI (:class:`LoopActions`), since ``monitor`` and
@@ -48,6 +58,8 @@ log = logging.getLogger("reprise.monitor.loop")
 Detector = Callable[[], list[Alarm]]
 DEFAULT_LEASE_TTL_S = 60.0
 NOTIFY_IN_FLIGHT_S = 60.0  # a notify is a bounded POST: never "in flight" longer
+_OTHER_IN_FLIGHT_S = 600.0  # a rollback
+_CLOCK_SLACK_S = 300.0
 
 
 @dataclass
@@ -76,11 +88,52 @@ class TickResult:
     new_alarms: list[str] = field(default_factory=list)
     repeated: list[str] = field(default_factory=list)  # alarms of an incident already acted on
     actions: list[dict[str, Any]] = field(default_factory=list)  # action, outcome, ...
+    lease_lost: bool = False  # the lease was lost during the round: it stopped acting
 
     def to_dict(self) -> dict[str, Any]:
         return {"leader": self.leader, "alarms": [a.to_dict() for a in self.alarms],
                 "new_alarms": self.new_alarms, "repeated": self.repeated,
-                "actions": self.actions}
+                "actions": self.actions, "lease_lost": self.lease_lost}
+
+
+class _Heartbeat:
+    """Renews ``holder``'s lease on ``key`` every ``ttl_s / 3`` in a thread while the
+    round runs; :attr:`lost` is set once a renewal is refused or none succeeded for a
+    whole TTL. ``clock()`` is the watcher's clock (the round's ``now``, moving on)."""
+
+    def __init__(self, ws: Any, key: str, holder: str, ttl_s: float,
+                 clock: Callable[[], float]) -> None:
+        self.ws, self.key, self.holder, self.ttl_s, self.clock = ws, key, holder, ttl_s, clock
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"reprise-lease-{key}")
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        last_ok = self.clock()
+        while not self._stop.wait(self.ttl_s / 3):
+            now = self.clock()
+            try:
+                ok = self.ws.metadata.acquire_lease(self.key, self.holder, self.ttl_s, now)
+            except Exception:  # a blip of the database: try again, until the TTL is gone
+                log.warning("renewing the lease %s failed", self.key, exc_info=True)
+                ok = None
+            if ok:
+                last_ok = now
+            elif ok is False or now - last_ok >= self.ttl_s:
+                log.error("the lease %s was lost (held by %s now): this watcher stops acting",
+                          self.key, self.ws.metadata.lease_holder(self.key, now)
+                          if ok is False else "nobody it could ask")
+                self.lost.set()
+                return
 
 
 def lease_key(name: str, alias: str) -> str:
@@ -107,10 +160,24 @@ def split_alias(ref: str) -> tuple[str, str]:
     return name, alias
 
 
-def loop_events(ws: Any, subject: str) -> list[Any]:
-    """The audit events of the loop on ``subject`` (``NAME@ALIAS``), oldest first."""
-    return [e for e in ws.metadata.list_audit_events()
-            if e.subject == subject and e.action.startswith("monitor.")]
+def loop_events(ws: Any, subject: str, *, since: float | None = None) -> list[Any]:
+    """The audit events of the loop on ``subject`` (``NAME@ALIAS``), oldest first (those
+    appended at or after ``since``); the database finds them."""
+    return list(ws.metadata.subject_events(subject, "monitor.", since=since))
+
+
+def _horizon(pol: TriggerPolicy) -> float:
+    """How far back a round needs the log: the longest cooldown, in-flight limit or
+    repeat time (an older start neither holds an action back nor makes an incident),
+    and some slack for the clocks of other watchers."""
+    limits = [pol.repeat_s, NOTIFY_IN_FLIGHT_S, _OTHER_IN_FLIGHT_S, *pol.cooldown_s.values()]
+    if pol.retrain is not None:
+        limits.append(pol.retrain.timeout_s)
+    return max(limits) + _CLOCK_SLACK_S
+
+
+def _recent(ws: Any, subject: str, pol: TriggerPolicy, now: float) -> list[Any]:
+    return loop_events(ws, subject, since=now - _horizon(pol))
 
 
 def live_detector(ref: str, *, workspace: Any = None, window: Any = None,
@@ -148,14 +215,33 @@ def watch_once(ref: str, policy: Any, detector: Detector, *, workspace: Any = No
     t = time.time() if now is None else now
     if not ws.metadata.acquire_lease(lease_key(name, alias), who, lease_ttl_s, t):
         return TickResult(leader=False)
+    started = time.monotonic()
+    with _Heartbeat(ws, lease_key(name, alias), who, lease_ttl_s,
+                    lambda: t + (time.monotonic() - started)) as beat:
+        result = _round(ws, who, name, alias, pol, detector, actions or LoopActions(), t,
+                        beat.lost)
+    result.lease_lost = beat.lost.is_set()
+    return result
+
+
+def _round(ws: Any, who: str, name: str, alias: str, pol: TriggerPolicy, detector: Detector,
+           actions: LoopActions, t: float, lost: threading.Event) -> TickResult:
     alarms = list(detector())
     subject = f"{name}@{alias}"
-    events = loop_events(ws, subject)
+    # the recent events (cooldowns, incidents), and any event of the alarms detected now,
+    # however old (an alarm id already in the log is not acted on again)
+    events = _recent(ws, subject, pol, t)
     seen = {e.payload.get("alarm") for e in events if e.action == "monitor.alarm"}
+    if alarms:
+        seen |= {e.payload.get("alarm") for e in ws.metadata.subject_events(
+            subject, "monitor.alarm", payload_in=("alarm", [a.id for a in alarms]))
+            if e.action == "monitor.alarm"}
     last = {_incident(e.payload): float(e.payload.get("at", e.time)) for e in events
             if e.action == "monitor.alarm"}
     result = TickResult(leader=True, alarms=alarms)
     for alarm in alarms:
+        if lost.is_set():
+            break  # another watcher decides now
         if alarm.id in seen:
             continue
         key = _incident(alarm.to_dict())
@@ -170,8 +256,10 @@ def watch_once(ref: str, policy: Any, detector: Detector, *, workspace: Any = No
                {"alarm": alarm.id, "at": t, **alarm.to_dict()})
         log.warning("alarm %s on %s: %s", alarm.id, subject, alarm.message)
         for action in pol.actions_for(alarm.kind):
+            if lost.is_set():
+                break
             result.actions.append(_act(ws, who, subject, name, alias, pol, alarm, action,
-                                       actions or LoopActions(), t))
+                                       actions, t, lost.is_set))
     return result
 
 
@@ -186,7 +274,7 @@ def _audit(ws: Any, who: str, action: str, subject: str, payload: dict[str, Any]
 def _blocked(ws: Any, subject: str, pol: TriggerPolicy, action: str,
              now: float) -> tuple[str, dict[str, Any]] | None:
     """``("in_flight"|"cooldown", details)`` when ``action`` may not start now."""
-    events = [e for e in loop_events(ws, subject) if e.payload.get("action") == action]
+    events = [e for e in _recent(ws, subject, pol, now) if e.payload.get("action") == action]
     starts = [e for e in events if e.action == "monitor.action.started"]
     if not starts:
         return None
@@ -195,7 +283,7 @@ def _blocked(ws: Any, subject: str, pol: TriggerPolicy, action: str,
     ended = {e.payload.get("started_seq") for e in events
              if e.action in ("monitor.action.succeeded", "monitor.action.failed")}
     limit = (pol.retrain.timeout_s if action == "retrain" and pol.retrain is not None
-             else NOTIFY_IN_FLIGHT_S if action == "notify" else 600.0)
+             else NOTIFY_IN_FLIGHT_S if action == "notify" else _OTHER_IN_FLIGHT_S)
     if last.seq not in ended and now - at < limit:
         return "in_flight", {"started_seq": last.seq, "started_at": at,
                              "alarm_in_flight": last.payload.get("alarm")}
@@ -207,7 +295,8 @@ def _blocked(ws: Any, subject: str, pol: TriggerPolicy, action: str,
 
 
 def _act(ws: Any, who: str, subject: str, name: str, alias: str, pol: TriggerPolicy,
-         alarm: Alarm, action: str, actions: LoopActions, now: float) -> dict[str, Any]:
+         alarm: Alarm, action: str, actions: LoopActions, now: float,
+         cancelled: Callable[[], bool]) -> dict[str, Any]:
     base = {"alarm": alarm.id, "kind": alarm.kind, "action": action, "at": now,
             "window": alarm.window.to_dict(), "evidence": alarm.evidence}
     blocked = _blocked(ws, subject, pol, action, now)
@@ -218,13 +307,19 @@ def _act(ws: Any, who: str, subject: str, name: str, alias: str, pol: TriggerPol
         return {"action": action, "alarm": alarm.id, "outcome": "skipped", "reason": why}
     started = ws.metadata.append_audit(who, "monitor.action.started", subject, base)
     try:
-        out = _run(ws, name, alias, pol, alarm, action, actions)
+        out = _run(ws, name, alias, pol, alarm, action, actions, cancelled)
     except Exception as exc:  # an action's failure is a recorded outcome, not a crash
         error = str(exc) or type(exc).__name__
+        from reprise.monitor._retrain import RetrainStopped
+
+        # a stopped retrain says why (timeout, lease_lost) and which process it ended
+        stopped = ({"reason": exc.reason, "pid": exc.pid} if isinstance(exc, RetrainStopped)
+                   else {})
         _audit(ws, who, "monitor.action.failed", subject,
-               {**base, "started_seq": started.seq, "error": error})
+               {**base, "started_seq": started.seq, "error": error, **stopped})
         log.error("%s on %s for alarm %s failed: %s", action, subject, alarm.id, error)
-        return {"action": action, "alarm": alarm.id, "outcome": "failed", "error": error}
+        return {"action": action, "alarm": alarm.id, "outcome": "failed", "error": error,
+                **({"reason": stopped["reason"]} if "reason" in stopped else {})}
     ok = out.pop("ok", True)
     verb = "monitor.action.succeeded" if ok else "monitor.action.failed"
     _audit(ws, who, verb, subject, {**base, "started_seq": started.seq, "result": out})
@@ -235,7 +330,7 @@ def _act(ws: Any, who: str, subject: str, name: str, alias: str, pol: TriggerPol
 
 
 def _run(ws: Any, name: str, alias: str, pol: TriggerPolicy, alarm: Alarm, action: str,
-         actions: LoopActions) -> dict[str, Any]:
+         actions: LoopActions, cancelled: Callable[[], bool]) -> dict[str, Any]:
     if action == "rollback":
         return _rollback(ws, name, alias, alarm, actions)
     if action == "notify":
@@ -249,7 +344,8 @@ def _run(ws: Any, name: str, alias: str, pol: TriggerPolicy, alarm: Alarm, actio
     from reprise.monitor._retrain import retrain
 
     run = actions.retrain or retrain
-    return run(ws, name, alias, alarm, pol.retrain, start_rollout=actions.start_rollout)
+    return run(ws, name, alias, alarm, pol.retrain, start_rollout=actions.start_rollout,
+               cancelled=cancelled)
 
 
 def _rollback(ws: Any, name: str, alias: str, alarm: Alarm,

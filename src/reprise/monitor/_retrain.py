@@ -17,15 +17,22 @@ data, gate the result against the production model, register it, start a canary.
    itself refuses a candidate whose gates failed. A failed gate leaves the run (and its
    package) in the workspace for inspection, and the outcome, with each gate, in the
    audit log.
+5. The retraining process runs in a process group of its own, bounded by
+   ``retrain.timeout``: past it, or when the
+   caller's ``cancelled`` says so (the watcher lost its lease), the whole group gets
+   SIGTERM, then SIGKILL after a grace period, and :class:`RetrainStopped` (its
+   ``reason``: ``timeout`` or ``lease_lost``) is raised before anything is registered.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,9 +41,99 @@ from reprise.core.errors import NotFoundError, UserError
 from reprise.monitor._alarm import Alarm
 from reprise.monitor._triggers import RetrainSettings
 
-__all__ = ["alarm_tags", "retrain"]
+__all__ = ["RetrainStopped", "alarm_tags", "retrain", "run_bounded"]
 
 _MAX_TAG = 4000
+KILL_GRACE_S = 5.0  # between SIGTERM and SIGKILL of a retraining process group
+_POLL_S = 0.1
+
+
+class RetrainStopped(UserError):
+    """The retraining process was stopped: ``reason`` is ``timeout`` (``retrain.timeout``
+    passed) or ``lease_lost`` (the watcher no longer holds the model's lease); ``pid``
+    is the process (group) that was ended."""
+
+    def __init__(self, message: str, *, reason: str, pid: int | None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.pid = pid
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - a member we may not signal: still there
+        return True
+    return True
+
+
+def _kill_group(proc: subprocess.Popen[Any], grace_s: float) -> None:
+    """SIGTERM to ``proc``'s process group, SIGKILL to what is left after ``grace_s``;
+    returns once ``proc`` is reaped."""
+    if os.name != "posix":  # pragma: no cover - no process groups: the process alone
+        proc.kill()
+        proc.wait()
+        return
+    pgid = proc.pid  # start_new_session: the child leads a group of its own
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    end = time.monotonic() + grace_s
+    while time.monotonic() < end:
+        proc.poll()  # reap the leader, so a dead group reads as gone
+        if not _group_alive(pgid):
+            break
+        time.sleep(0.05)
+    else:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def run_bounded(argv: list[str], *, timeout_s: float, env: dict[str, str] | None = None,
+                cwd: str | Path | None = None, cancelled: Callable[[], bool] | None = None,
+                grace_s: float = KILL_GRACE_S) -> tuple[int, str, str]:
+    """Run ``argv`` in a new process group; ``(returncode, stdout, stderr)``. Past
+    ``timeout_s``, or once ``cancelled()`` is true, the group is ended (SIGTERM, SIGKILL
+    after ``grace_s``) and :class:`RetrainStopped` raised. The output goes to files, so
+    a chatty child never blocks on a full pipe."""
+    deadline = time.monotonic() + timeout_s
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as out, \
+            tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, cwd=cwd, text=True,
+                                start_new_session=os.name == "posix")
+        try:
+            while True:
+                try:
+                    code = proc.wait(timeout=min(_POLL_S, max(deadline - time.monotonic(),
+                                                              0.001)))
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                reason = ("lease_lost" if cancelled is not None and cancelled()
+                          else "timeout" if time.monotonic() >= deadline else None)
+                if reason is not None:
+                    _kill_group(proc, grace_s)
+                    why = (f"it ran past retrain.timeout ({timeout_s:g}s)"
+                           if reason == "timeout" else "this watcher lost its lease on the "
+                           "model (another watcher decides now)")
+                    raise RetrainStopped(f"the retraining process {proc.pid} was stopped: "
+                                         f"{why}; nothing was registered", reason=reason,
+                                         pid=proc.pid)
+        except BaseException:
+            if proc.returncode is None:  # interrupted: leave no process behind
+                _kill_group(proc, grace_s)
+            raise
+        if os.name == "posix" and _group_alive(proc.pid):
+            _kill_group(proc, grace_s)  # what the child left running in its group
+        out.seek(0)
+        err.seek(0)
+        return code, out.read(), err.read()
 
 
 def alarm_tags(alarm: Alarm, production_ref: str) -> dict[str, str]:
@@ -52,15 +149,16 @@ def alarm_tags(alarm: Alarm, production_ref: str) -> dict[str, str]:
 
 
 def retrain(ws: Any, name: str, alias: str, alarm: Alarm, settings: RetrainSettings | None,
-            *, start_rollout: Callable[[str, int, str, dict[str, Any]], Any] | None = None
-            ) -> dict[str, Any]:
+            *, start_rollout: Callable[[str, int, str, dict[str, Any]], Any] | None = None,
+            cancelled: Callable[[], bool] | None = None) -> dict[str, Any]:
     """See the module docstring; ``{"ok": bool, "run", "dataset", "gates", "version",
     "rollout"}``."""
     settings = settings or RetrainSettings()
     prod = _production(ws, name, alias)
     run = ws.metadata.get_run(prod.run_id)
     param, dataset = _dataset_param(ws, run, settings)
-    run_id, error = _rerun(ws, run, {param: dataset}, alarm_tags(alarm, prod.ref))
+    run_id, error = _rerun(ws, run, {param: dataset}, alarm_tags(alarm, prod.ref),
+                           timeout_s=settings.timeout_s, cancelled=cancelled)
     out: dict[str, Any] = {"run": run_id, "dataset": dataset, "production": prod.ref,
                            "code_snapshot": run.tags.get("reprise.code_snapshot")}
     if error is not None or run_id is None:
@@ -73,6 +171,10 @@ def retrain(ws: Any, name: str, alias: str, alarm: Alarm, settings: RetrainSetti
         return {**out, "ok": False, "error": "gates failed: " + "; ".join(
             f"{g['metric']} {g['rule']} (actual {g['actual']}, threshold {g['threshold']})"
             for g in failed)}
+    if cancelled is not None and cancelled():
+        raise RetrainStopped(f"the retrain of {prod.ref} was stopped before registering "
+                             f"its candidate (run {run_id}): this watcher lost its lease on "
+                             "the model", reason="lease_lost", pid=None)
     from reprise.registry._registry import register_package
 
     rec, _ = register_package(ws, name, art.hash, run_id=run_id, package=package, step=step)
@@ -122,8 +224,9 @@ def _dataset_param(ws: Any, run: Any, settings: RetrainSettings) -> tuple[str, s
     return param, f"{ds_name}@{newest.version}"
 
 
-def _rerun(ws: Any, run: Any, overrides: dict[str, Any],
-           tags: dict[str, str]) -> tuple[str | None, str | None]:
+def _rerun(ws: Any, run: Any, overrides: dict[str, Any], tags: dict[str, str], *,
+           timeout_s: float, cancelled: Callable[[], bool] | None = None
+           ) -> tuple[str | None, str | None]:
     """Run ``run``'s pipeline from its code snapshot in a fresh process; ``(run, error)``."""
     if "code" not in ws.metadata.run_artifacts(run.id):
         raise UserError(f"run {run.id} has no code snapshot to retrain from")
@@ -131,17 +234,17 @@ def _rerun(ws: Any, run: Any, overrides: dict[str, Any],
         spec = {"workspace": str(ws.root), "run_id": run.id, "scratch": scratch,
                 "overrides": overrides, "tags": tags}
         env = {**os.environ, "REPRISE_WORKSPACE": str(ws.root)}
-        proc = subprocess.run([sys.executable, "-m", "reprise.monitor._retrain",
-                               json.dumps(spec)], capture_output=True, text=True, env=env,
-                              cwd=scratch, check=False)
-    lines = proc.stdout.strip().splitlines()
+        code, stdout, stderr = run_bounded(
+            [sys.executable, "-m", "reprise.monitor._retrain", json.dumps(spec)],
+            timeout_s=timeout_s, env=env, cwd=scratch, cancelled=cancelled)
+    lines = stdout.strip().splitlines()
     try:
         doc = json.loads(lines[-1]) if lines else {}
     except ValueError:
         doc = {}
     if "run_id" not in doc:
-        raise UserError(f"the retraining process exited with {proc.returncode}:\n"
-                        f"{proc.stderr.strip()[-3000:]}")
+        raise UserError(f"the retraining process exited with {code}:\n"
+                        f"{stderr.strip()[-3000:]}")
     return doc["run_id"], doc.get("error")
 
 

@@ -23,7 +23,8 @@ A YAML file (or a mapping)::
       eval_dataset: cancer@4     # rows the candidate and production are scored on
                                  # (default: the retraining dataset)
       gates: {roc_auc: "no worse than baseline by 0.01", accuracy: ">= 0.9"}
-      timeout: 30m               # a retrain started longer ago counts as no longer running
+      timeout: 30m               # the retraining process is ended past this (its
+                                 # process group: SIGTERM, then SIGKILL)
       rollout: {strategy: canary, steps: [50, 100], interval: 30s,
                 policy: {analysis: {min_requests: 200}}}   # the rollout's own policy
     notify:

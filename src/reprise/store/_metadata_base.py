@@ -284,6 +284,15 @@ class BaseMetadataStore(abc.ABC):
         ``rollout.*`` whose payload's ``rollout`` is ``rollout_id``), by sequence number,
         found by the database rather than by reading the whole log."""
 
+    @abc.abstractmethod
+    def subject_events(self, subject: str, action_prefix: str, *, since: float | None = None,
+                       payload_in: tuple[str, Sequence[str]] | None = None
+                       ) -> list[AuditEvent]:
+        """The audit events on ``subject`` whose action starts with ``action_prefix``
+        (appended at or after ``since``, by the events' own time; with ``payload_in``
+        ``(KEY, VALUES)``, only those whose payload's KEY is one of VALUES), by sequence
+        number, found by the database rather than by reading the whole log."""
+
     # -- rollouts (deployments) -------------------------------------------------------
     # A rollout's creation and its decisions append their audit events to the same chain,
     # in the transaction that makes the change.

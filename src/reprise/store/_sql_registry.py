@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -85,20 +85,33 @@ class SqlRegistryMixin:
                 for r in rows]
 
     def rollout_events(self, rollout_id: str, subject: str) -> list[AuditEvent]:
+        return self.subject_events(subject, "rollout.", payload_in=("rollout", [rollout_id]))
+
+    def subject_events(self, subject: str, action_prefix: str, *, since: float | None = None,
+                       payload_in: tuple[str, Sequence[str]] | None = None
+                       ) -> list[AuditEvent]:
         a = s.audit_events
-        # payloads are stored by json.dumps(sort_keys=True): the id appears as below; the
-        # LIKE narrows in the database, the payload check below makes it exact
-        needle = json.dumps({"rollout": rollout_id})[1:-1]
-        pattern = "%" + needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        q = (sa.select(a).where(a.c.subject == subject, a.c.action.like("rollout.%"),
-                                a.c.payload.like(pattern, escape="\\"))
-             .order_by(a.c.seq))
+        conds = [a.c.subject == subject,
+                 a.c.action.like(_like_escape(action_prefix) + "%", escape="\\")]
+        if since is not None:
+            conds.append(a.c.time >= since)
+        if payload_in is not None:
+            key, values = payload_in[0], list(dict.fromkeys(payload_in[1]))
+            if not values:
+                return []
+            # payloads are stored by json.dumps(sort_keys=True): a value appears as below;
+            # the LIKE narrows in the database, the payload check below makes it exact
+            conds.append(sa.or_(*(a.c.payload.like(
+                "%" + _like_escape(json.dumps({key: v})[1:-1]) + "%", escape="\\")
+                for v in values)))
+        q = sa.select(a).where(*conds).order_by(a.c.seq)
         with self.engine.connect() as conn:
             rows = conn.execute(q).mappings().all()
         events = [AuditEvent(int(r["seq"]), float(r["time"]), r["actor"], r["action"],
                              r["subject"], _loads(r["payload"]), r["prev_hash"], r["hash"])
                   for r in rows]
-        return [e for e in events if e.payload.get("rollout") == rollout_id]
+        return [e for e in events if e.action.startswith(action_prefix) and (
+            payload_in is None or e.payload.get(payload_in[0]) in payload_in[1])]
 
     # -- versions ---------------------------------------------------------------------
     def add_model_version(self, record: ModelVersionRecord,
@@ -266,3 +279,8 @@ def _refuse_if_held(conn: Connection, name: str, version: int, what: str) -> Non
                         f"Move the alias first: `reprise models promote {name} VERSION "
                         f"--alias {held[0]}` or `reprise models rollback {name} "
                         f"--alias {held[0]}`")
+
+
+def _like_escape(text: str) -> str:
+    """``text`` as a literal in a LIKE pattern with ``\\`` as the escape character."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
