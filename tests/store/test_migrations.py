@@ -32,6 +32,8 @@ def test_first_schema_upgrades_to_head_keeping_data(store_url: str) -> None:
             assert insp.has_table(table.name), table.name
             cols = {c["name"] for c in insp.get_columns(table.name)}
             assert cols == {c.name for c in table.columns}, table.name
+            indexes = {i["name"] for i in insp.get_indexes(table.name)}
+            assert {i.name for i in table.indexes} <= indexes, table.name
     rid2 = new_id()
     assert store.ingest(rid2, 0, JournalBatch(header={"id": rid2, "name": "n",
                                                       "started_at": 1.0}, end_offset=1))

@@ -29,7 +29,7 @@ __all__ = ["HEAD_REVISION", "artifact_record", "dataset_record", "in_list", "lat
 # Must equal the newest revision in migrations/versions. Kept here as a constant
 # so that checking "is the database current?" needs no Alembic import (0.6 s)
 # and no SQLAlchemy import (0.15-0.3 s).
-HEAD_REVISION = "0008_monitor"
+HEAD_REVISION = "0009_audit_subject"
 
 
 def run_record(r: Any) -> RunRecord:

@@ -227,6 +227,7 @@ audit_events = Table(
     Column("payload", Text, nullable=False),
     Column("prev_hash", HASH, nullable=False),
     Column("hash", HASH, nullable=False, unique=True),
+    Index("ix_audit_events_subject_time", "subject", "time"),  # revision 0009
 )
 
 # --- revision 0004: alias history (promotions, popped by rollbacks) -------------------
