@@ -4,6 +4,7 @@ insufficient windows, the recorded reference and the persisted window summaries.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,16 @@ def test_bad_windows_are_refused(bad: Any) -> None:
     with pytest.raises(UserError, match="window"):
         parse_window(bad)
     assert parse_window("15m") == ("time", 900.0) and parse_window(None) == ("rows", 1000.0)
+
+
+@pytest.mark.parametrize(("bad", "why"), [("0", "whole number of at least 1"),
+                                          ("-5", "whole number of at least 1"),
+                                          ("2.5", "whole number of at least 1"),
+                                          ("0s", "duration must be longer than 0"),
+                                          ("0.0m", "duration must be longer than 0")])
+def test_an_empty_or_fractional_window_says_what_is_wrong(bad: str, why: str) -> None:
+    with pytest.raises(UserError, match=f"window '{re.escape(bad)}': .*{why}"):
+        parse_window(bad)
 
 
 def test_live_windows_on_both_metadata_stores(tmp_path: Path, store_url: str,

@@ -68,6 +68,12 @@ def parse_window(window: int | str | None) -> tuple[str, float]:
         m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhd])", text)
         if m and float(m.group(1)) > 0:
             return "time", float(m.group(1)) * _UNITS[m.group(2)]
+        if re.fullmatch(r"[-+]?\d+(\.\d+)?", text):
+            raise UserError(f"window {window!r}: a window of rows is a whole number of at "
+                            "least 1 (e.g. 1000).")
+        if m:
+            raise UserError(f"window {window!r}: a duration must be longer than 0 "
+                            "(e.g. 30s, 15m, 1h, 2d).")
     raise UserError(f"window {window!r} is neither a row count (e.g. 1000) nor a duration "
                     "(e.g. 30s, 15m, 1h, 2d).")
 
