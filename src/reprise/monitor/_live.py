@@ -330,9 +330,10 @@ def _alarms(w: LiveWindow, mref: ModelReference, alias: str | None,
         worse = [m for m, v in perf["metrics"].items() if v.get("degraded")]
         parts = [f"{m} {perf['metrics'][m]['value']:.3g} "
                  f"[{perf['metrics'][m]['ci_low']:.3g}, {perf['metrics'][m]['ci_high']:.3g}] "
-                 f"vs reference {perf['metrics'][m]['reference']:.3g}" for m in worse]
+                 f"vs reference {perf['metrics'][m]['reference']:.3g}" for m in worse[:3]]
+        more = f"; and {len(worse) - 3} more metrics" if len(worse) > 3 else ""
         message = (f"performance of {mref.name}:{mref.version} degraded on "
-                   f"{perf['labelled']} labelled rows: {'; '.join(parts)}")
+                   f"{perf['labelled']} labelled rows: {'; '.join(parts)}{more}")
         out.append(Alarm(mref.name, mref.version, "performance", w.window, message, alias,
                          _finite({**perf, "reference": mref.describe()}), now))
     return out
