@@ -98,3 +98,15 @@ def test_an_empty_range_of_a_version_that_logged_is_a_report(
     code, out, _ = _cli(capsys, "monitor", "churn@production", "--reference", "train@1",
                         "--since", "1s")  # the fixture's traffic is from 1970
     assert code == 0 and "no logged traffic of churn:1 in that range" in out
+
+
+def test_a_policy_naming_a_column_the_model_lacks_exits_2(
+        served: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    Path("typo.yaml").write_text("columns: {aa: {ignore: true}}\n")
+    code, out, err = _cli(capsys, "monitor", "churn@production", "--reference", "train@1",
+                          "--policy", "typo.yaml")
+    assert code == 2 and "names column(s) ['aa'] that churn:1" in err and "'a'" in err
+    Path("ok.yaml").write_text("columns: {b: {ignore: true}, score: {threshold: 0.5}}\n")
+    code, out, err = _cli(capsys, "monitor", "churn@production", "--reference", "train@1",
+                          "--policy", "ok.yaml")  # an input and an output column
+    assert code == 0, err

@@ -148,6 +148,8 @@ def live_report(ref: str, *, window: int | str | None = None, windows: int = 1,
     _, alias, _ = split_ref(ref)
     rec = parse_ref(ws, ref)
     mref = model_reference(ref, dataset=reference, workspace=ws)
+    policy.check_columns([*mref.inputs.columns, *mref.predictions.columns],
+                         f"{rec.name}:{rec.version} (inputs and outputs)")
     end = time.time() if now is None else float(now)
     accs = _collect(ws, mref, by, size, windows, since, end)
     out = [_judge(a, mref, policy) for a in accs]
