@@ -156,6 +156,12 @@ def test_bad_windows_are_refused(bad: Any) -> None:
     assert parse_window("15m") == ("time", 900.0) and parse_window(None) == ("rows", 1000.0)
 
 
+def test_too_many_windows_are_refused_before_any_work(served: Any) -> None:
+    ws, _ = served
+    with pytest.raises(UserError, match="at most 100 windows at a time, not 101"):
+        live_report("churn", workspace=ws, windows=101, window=1)  # was minutes of work
+
+
 @pytest.mark.parametrize(("bad", "why"), [("0", "whole number of at least 1"),
                                           ("-5", "whole number of at least 1"),
                                           ("2.5", "whole number of at least 1"),

@@ -49,6 +49,7 @@ from reprise.monitor._window import Window
 __all__ = ["DEFAULT_WINDOW", "LiveReport", "LiveWindow", "live_report", "parse_window"]
 
 DEFAULT_WINDOW = 1000
+MAX_WINDOWS = 100  # per call: each window costs its summaries (fixed size) and a test
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -142,6 +143,10 @@ def live_report(ref: str, *, window: int | str | None = None, windows: int = 1,
 
     if not isinstance(windows, int) or isinstance(windows, bool) or windows < 1:
         raise UserError(f"windows must be a positive integer, not {windows!r}.")
+    if windows > MAX_WINDOWS:
+        raise UserError(f"at most {MAX_WINDOWS} windows at a time, not {windows}: each is "
+                        "summarised, judged and stored on its own; take wider windows "
+                        "(--window) instead.")
     by, size = parse_window(window)
     policy = policy or DriftPolicy()
     ws = _ws(workspace)
