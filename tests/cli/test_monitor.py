@@ -94,3 +94,8 @@ def test_policy_file(ws: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
     doc = json.loads(out)
     assert code == 0 and doc["alpha"] == 0.01
     assert {c["column"]: c["verdict"] for c in doc["columns"]}["plan"] == "ignored"
+    (tmp_path / "typo.yaml").write_text("columns:\n  plann: {ignore: true}\n")
+    code, _, err = _cli(capsys, "monitor", "compare", "churn@1", "churn@2",
+                        "--policy", str(tmp_path / "typo.yaml"))
+    assert code == 2 and "['plann'] that churn@1 or churn@2 does not have" in err
+    assert "did you mean 'plan'" in err

@@ -149,6 +149,13 @@ def test_bad_input_is_a_clear_error() -> None:
         DriftPolicy(correction="bonferroni")
     with pytest.raises(ConfigError, match="unknown drift policy"):
         DriftPolicy.from_dict({"alpah": 0.1})
+    with pytest.raises(ConfigError, match="columns must be a mapping of column name"):
+        DriftPolicy.from_dict({"columns": ["income"]})  # was an AttributeError
+    with pytest.raises(ConfigError, match=r"\['incme'\] that churn:1 does not have "
+                                          r"\(did you mean 'income'\?\)"):
+        DriftPolicy(columns={"incme": {"ignore": True}}).check_columns(["age", "income"],
+                                                                       "churn:1")
+    DriftPolicy(columns={"income": {"ignore": True}}).check_columns(["income"], "churn:1")
 
 
 def test_bh_correction_is_named_in_the_report(ref: Reference) -> None:

@@ -4,6 +4,8 @@ insufficient windows, the recorded reference and the persisted window summaries.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,8 @@ import pytest
 from reprise.core.errors import UserError
 from reprise.monitor import add_feedback
 from reprise.monitor._alarm import Alarm
-from reprise.monitor._live import live_report, parse_window
+from reprise.monitor._live import _alarms, live_report, parse_window
+from reprise.monitor._model_reference import model_reference
 from tests.monitor._live_setup import log_traffic, setup_model, traffic
 
 
@@ -105,6 +108,14 @@ def test_performance_alarms_only_on_a_real_degradation(served: Any) -> None:
     assert w.performance["verdict"] == "degraded" and acc["ci_high"] < acc["reference"]
     alarm = next(a for a in report.alarms if a.kind == "performance")
     assert "accuracy" in alarm.message and alarm.window.labelled == 1000
+    # one line a terminal can show: at most 3 metrics named, every one in the evidence
+    many = {f"metric_{i}": acc for i in range(12)}
+    w12 = dataclasses.replace(w, performance={**w.performance, "metrics": many})
+    (perf,) = [a for a in _alarms(w12, model_reference("churn", workspace=ws), None, 0.0)
+               if a.kind == "performance"]
+    assert "metric_2 " in perf.message and "metric_3 " not in perf.message
+    assert perf.message.endswith("; and 9 more metrics") and len(perf.message) < 250
+    assert list(perf.evidence["metrics"]) == list(many)
 
 
 def test_too_few_labels_give_no_performance_verdict(served: Any) -> None:
@@ -143,6 +154,22 @@ def test_bad_windows_are_refused(bad: Any) -> None:
     with pytest.raises(UserError, match="window"):
         parse_window(bad)
     assert parse_window("15m") == ("time", 900.0) and parse_window(None) == ("rows", 1000.0)
+
+
+def test_too_many_windows_are_refused_before_any_work(served: Any) -> None:
+    ws, _ = served
+    with pytest.raises(UserError, match="at most 100 windows at a time, not 101"):
+        live_report("churn", workspace=ws, windows=101, window=1)  # was minutes of work
+
+
+@pytest.mark.parametrize(("bad", "why"), [("0", "whole number of at least 1"),
+                                          ("-5", "whole number of at least 1"),
+                                          ("2.5", "whole number of at least 1"),
+                                          ("0s", "duration must be longer than 0"),
+                                          ("0.0m", "duration must be longer than 0")])
+def test_an_empty_or_fractional_window_says_what_is_wrong(bad: str, why: str) -> None:
+    with pytest.raises(UserError, match=f"window '{re.escape(bad)}': .*{why}"):
+        parse_window(bad)
 
 
 def test_live_windows_on_both_metadata_stores(tmp_path: Path, store_url: str,

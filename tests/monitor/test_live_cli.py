@@ -75,3 +75,38 @@ def test_a_live_html_report(served: Any, tmp_path: Path,
     assert code == 0 and "inputs drift" in out
     assert page.startswith(b"<!DOCTYPE html>") and len(page) <= 5 * 1024 * 1024
     assert b"Live drift of churn:1" in page
+
+
+def test_a_version_that_never_logged_a_request_exits_2(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    ws, _ = setup_model(tmp_path)  # registered and promoted, never served
+    try:
+        for args in (("monitor", "churn@production"), ("monitor", "churn:1", "--json"),
+                     ("monitor", "report", "churn@production", "-o", "d.html")):
+            code, out, err = _cli(capsys, *args, "--reference", "train@1")
+            assert code == 2 and "churn:1 has no logged requests" in err, (args, err)
+            assert "reprise serve churn" in err and "Traceback" not in err + out
+        assert not Path("d.html").exists()
+    finally:
+        ws.close()
+
+
+def test_an_empty_range_of_a_version_that_logged_is_a_report(
+        served: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _cli(capsys, "monitor", "churn@production", "--reference", "train@1",
+                        "--since", "1s")  # the fixture's traffic is from 1970
+    assert code == 0 and "no logged traffic of churn:1 in that range" in out
+
+
+def test_a_policy_naming_a_column_the_model_lacks_exits_2(
+        served: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    Path("typo.yaml").write_text("columns: {aa: {ignore: true}}\n")
+    code, out, err = _cli(capsys, "monitor", "churn@production", "--reference", "train@1",
+                          "--policy", "typo.yaml")
+    assert code == 2 and "names column(s) ['aa'] that churn:1" in err and "'a'" in err
+    Path("ok.yaml").write_text("columns: {b: {ignore: true}, score: {threshold: 0.5}}\n")
+    code, out, err = _cli(capsys, "monitor", "churn@production", "--reference", "train@1",
+                          "--policy", "ok.yaml")  # an input and an output column
+    assert code == 0, err

@@ -9,7 +9,7 @@ import pytest
 
 import reprise
 from reprise.monitor import model_reference
-from tests.registry.test_cli import cli, make_project
+from tests.registry.test_cli import cli, make_project, points
 
 
 def test_the_training_dataset_comes_from_the_lineage(tmp_path: Path,
@@ -27,5 +27,14 @@ def test_the_training_dataset_comes_from_the_lineage(tmp_path: Path,
         assert ref.metrics["accuracy"] > 0.6  # the card's, the performance baseline
         rec = ws.metadata.get_monitor_reference("points-auto", 1)
         assert rec.dataset == "points@1" and rec.artifact_hash == ref.artifact_hash
+        # a one-off --reference is used for that call and kept, but the lineage's
+        # training dataset stays the default (it silently replaced it for every later run)
+        points(seed=5).to_csv(project / "points2.csv", index=False)
+        cli(project, "data", "add", "points", "points2.csv")  # points@2
+        assert model_reference("points-auto:1", dataset="points@2",
+                               workspace=ws).dataset == "points@2"
+        assert model_reference("points-auto:1", workspace=ws).dataset == "points@1"
+        assert model_reference("points-auto:1", dataset="points@2",
+                               workspace=ws).dataset == "points@2"  # read back
     finally:
         ws.close()

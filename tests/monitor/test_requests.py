@@ -179,6 +179,17 @@ def test_the_monitor_commands(ws: Any, tmp_path: Path, capsys: pytest.CaptureFix
     assert json.loads(capsys.readouterr().out)[0]["rows"] == 2
     assert _cli(["monitor", "requests", "churn", "--since", "yesterday-ish"]) == 2
     assert "--since takes" in capsys.readouterr().err
+    # a name or version neither registered nor logged is a typo: exit 2, nothing written
+    assert _cli(["monitor", "feedback", "nosuch", str(labels)]) == 2
+    assert "no model 'nosuch'" in capsys.readouterr().err
+    assert _cli(["monitor", "export-labelled", "nosuch", "-o", str(tmp_path / "n.parquet")]) == 2
+    assert "no model 'nosuch'" in capsys.readouterr().err
+    assert not (tmp_path / "n.parquet").exists()
+    assert _cli(["monitor", "requests", "churn:9"]) == 2
+    assert "no model 'churn'" in capsys.readouterr().err  # logged, but never registered
+    assert _cli(["monitor", "export-labelled", "churn", "--version", "9",
+                 "-o", str(tmp_path / "n.parquet")]) == 2
+    assert "no model 'churn'" in capsys.readouterr().err
     assert _cli(["monitor", "prune"]) == 2
     assert "--max-age-days" in capsys.readouterr().err
     assert _cli(["monitor", "prune", "churn", "--max-age-days", "1", "--json"]) == 0

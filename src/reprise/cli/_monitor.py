@@ -14,6 +14,7 @@ from reprise.cli._monitor_live import (
     ReferenceOpt,
     WindowOpt,
     add_live_commands,
+    check_logged,
     live,
     window_line,
 )
@@ -118,8 +119,8 @@ def _live_page(ref: str, window: str | None, reference: str | None,
 
     out = live(ref, window, 1, reference, None, policy)
     if not out.windows:
-        raise UserError(f"{ref} has no logged traffic to report on; serve it with the "
-                        "request log on (reprise serve --log-sample) and send requests.")
+        check_logged(out, ref)
+        raise UserError(f"{ref} has no logged traffic in that window to report on.")
     w = out.windows[-1]
     assert out.input_reference is not None and w.inputs is not None
     title = (f"Live drift of {out.model}:{out.version} against {out.reference['dataset']} "

@@ -17,7 +17,7 @@ from reprise.cli._fast import workspace as _ws
 if TYPE_CHECKING:
     from reprise.monitor._live import LiveReport, LiveWindow
 
-__all__ = ["ModelRefGroup", "add_live_commands", "live", "window_line"]
+__all__ = ["ModelRefGroup", "add_live_commands", "check_logged", "live", "window_line"]
 
 WindowOpt = Annotated[str | None, typer.Option(
     "--window", help="Rows per window (default 1000) or a duration (30s, 15m, 1h, 2d).")]
@@ -75,12 +75,28 @@ def show(
 
     pol = load_drift_policy(policy) if policy is not None else None
     out = live(ref, window, windows, reference, since, pol)
+    if not out.windows:
+        check_logged(out, ref)
     if as_json:
         render.print_json(out.to_dict())
     else:
         _print(out)
     if fail_on_alarm and out.alarms:
         raise typer.Exit(1)
+
+
+def check_logged(out: LiveReport, ref: str) -> None:
+    """Raise a user error when the version behind ``ref`` never logged a request: nothing
+    can ever be judged, so this is the wrong version or a server without its log (an empty
+    time range of a version that did log is a report, not an error)."""
+    from reprise.core.errors import UserError
+
+    if _ws().metadata.list_request_chunks(out.model, version=out.version):
+        return
+    raise UserError(
+        f"{out.model}:{out.version} has no logged requests: serve it (`reprise serve "
+        f"{ref}`: the request log is on unless --no-request-log) and send requests; "
+        "they are written every --log-flush-s seconds (10 by default).")
 
 
 def window_line(w: LiveWindow) -> str:
@@ -104,7 +120,8 @@ def _print(out: LiveReport) -> None:
                + f" against {ref['dataset']} ({ref['reference_rows']} rows; reference "
                  f"predictions: {ref['predictions']}, {ref['sample_rows']} rows)")
     if not out.windows:
-        typer.echo("no logged traffic in that range: nothing to judge")
+        typer.echo(f"no logged traffic of {out.model}:{out.version} in that range: "
+                   "nothing to judge")
         return
     for w in out.windows:
         typer.echo(window_line(w))

@@ -43,6 +43,23 @@ def parse_time(text: str | None, option: str, now: float | None = None) -> float
                         f"(2026-11-26 or 2026-11-26T14:00); got {text!r}") from None
 
 
+def check_model(ref: str) -> None:
+    """Refuse (exit 2, the registry's message) a ``NAME`` or ``NAME:VERSION`` that is not
+    registered and has nothing in the request log: a typo would otherwise report an empty
+    log, store labels no model will use, or write an empty export. A deleted version whose
+    log is still kept passes."""
+    from reprise.registry._registry import _versions, get_version, split_ref
+
+    ws = _ws()
+    name, _, version = split_ref(ref)
+    if ws.metadata.list_request_chunks(name, version=version):
+        return
+    if version is None:
+        _versions(ws, name)
+    else:
+        get_version(ws, name, version)
+
+
 def requests(ref: Annotated[str, typer.Argument(help="NAME or NAME:VERSION.",
                                                  metavar="NAME[:VERSION]")],
              since: SinceOpt = None, until: UntilOpt = None, as_json: JsonOpt = False) -> None:
@@ -55,6 +72,7 @@ def requests(ref: Annotated[str, typer.Argument(help="NAME or NAME:VERSION.",
         render.print_json([c.to_dict() for c in chunks])
         return
     if not chunks:
+        check_model(ref)
         typer.echo(f"no logged requests of {ref} in that time range")
         return
     render.table(["chunk", "version", "first", "last", "requests", "rows", "size", "server"],
@@ -71,6 +89,7 @@ def feedback(name: Annotated[str, typer.Argument(help="Model name.")],
     id; a label sent again replaces the stored one)."""
     from reprise.monitor import add_feedback_file
 
+    check_model(name)
     stored = add_feedback_file(name, file, workspace=_ws())
     if as_json:
         render.print_json({"model": name, "stored": stored})
@@ -93,6 +112,7 @@ def export_labelled(
     `reprise data add`); columns excluded from the log (PII) are in no row."""
     from reprise.monitor import export_labelled as export
 
+    check_model(name if version is None else f"{name}:{version}")
     report = export(name, output, version=version, start=parse_time(since, "--since"),
                     end=parse_time(until, "--until"), label_column=label_column,
                     with_meta=with_meta, workspace=_ws())

@@ -61,6 +61,8 @@ def compare_datasets(reference: str, current: str, *, workspace: Any = None,
         raise UserError(f"{a.record.ref} and {b.record.ref} have no column in common "
                         f"({_names(cols_a)} vs {_names(cols_b)}); compare versions of the "
                         "same table.")
+    if policy is not None:
+        policy.check_columns([*cols_a, *cols_b], f"{a.record.ref} or {b.record.ref}")
     if not a.record.rows:
         raise UserError(f"{a.record.ref} has no rows; pick a reference version with data.")
     ref = fit_reference(lambda: a.batches(), na_values=a.na_values, **fit)

@@ -49,6 +49,7 @@ from reprise.monitor._window import Window
 __all__ = ["DEFAULT_WINDOW", "LiveReport", "LiveWindow", "live_report", "parse_window"]
 
 DEFAULT_WINDOW = 1000
+MAX_WINDOWS = 100  # per call: each window costs its summaries (fixed size) and a test
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -68,6 +69,12 @@ def parse_window(window: int | str | None) -> tuple[str, float]:
         m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhd])", text)
         if m and float(m.group(1)) > 0:
             return "time", float(m.group(1)) * _UNITS[m.group(2)]
+        if re.fullmatch(r"[-+]?\d+(\.\d+)?", text):
+            raise UserError(f"window {window!r}: a window of rows is a whole number of at "
+                            "least 1 (e.g. 1000).")
+        if m:
+            raise UserError(f"window {window!r}: a duration must be longer than 0 "
+                            "(e.g. 30s, 15m, 1h, 2d).")
     raise UserError(f"window {window!r} is neither a row count (e.g. 1000) nor a duration "
                     "(e.g. 30s, 15m, 1h, 2d).")
 
@@ -136,12 +143,18 @@ def live_report(ref: str, *, window: int | str | None = None, windows: int = 1,
 
     if not isinstance(windows, int) or isinstance(windows, bool) or windows < 1:
         raise UserError(f"windows must be a positive integer, not {windows!r}.")
+    if windows > MAX_WINDOWS:
+        raise UserError(f"at most {MAX_WINDOWS} windows at a time, not {windows}: each is "
+                        "summarised, judged and stored on its own; take wider windows "
+                        "(--window) instead.")
     by, size = parse_window(window)
     policy = policy or DriftPolicy()
     ws = _ws(workspace)
     _, alias, _ = split_ref(ref)
     rec = parse_ref(ws, ref)
     mref = model_reference(ref, dataset=reference, workspace=ws)
+    policy.check_columns([*mref.inputs.columns, *mref.predictions.columns],
+                         f"{rec.name}:{rec.version} (inputs and outputs)")
     end = time.time() if now is None else float(now)
     accs = _collect(ws, mref, by, size, windows, since, end)
     out = [_judge(a, mref, policy) for a in accs]
@@ -324,9 +337,10 @@ def _alarms(w: LiveWindow, mref: ModelReference, alias: str | None,
         worse = [m for m, v in perf["metrics"].items() if v.get("degraded")]
         parts = [f"{m} {perf['metrics'][m]['value']:.3g} "
                  f"[{perf['metrics'][m]['ci_low']:.3g}, {perf['metrics'][m]['ci_high']:.3g}] "
-                 f"vs reference {perf['metrics'][m]['reference']:.3g}" for m in worse]
+                 f"vs reference {perf['metrics'][m]['reference']:.3g}" for m in worse[:3]]
+        more = f"; and {len(worse) - 3} more metrics" if len(worse) > 3 else ""
         message = (f"performance of {mref.name}:{mref.version} degraded on "
-                   f"{perf['labelled']} labelled rows: {'; '.join(parts)}")
+                   f"{perf['labelled']} labelled rows: {'; '.join(parts)}{more}")
         out.append(Alarm(mref.name, mref.version, "performance", w.window, message, alias,
                          _finite({**perf, "reference": mref.describe()}), now))
     return out

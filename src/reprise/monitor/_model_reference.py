@@ -79,8 +79,8 @@ def model_reference(ref: str, *, dataset: str | None = None, workspace: Any = No
                     sample_rows: int = SAMPLE_ROWS, seed: int = 0) -> ModelReference:
     """The reference of the model version ``ref`` names (``NAME``, ``NAME@alias``,
     ``NAME:V``), computed and recorded on first use, read back after (without
-    ``dataset``: the newest reference recorded on the version, else the training
-    dataset's).
+    ``dataset``: the training dataset's from the lineage; for a version without one, the
+    newest reference recorded on it).
 
     Args:
         dataset: ``DATASET@N`` whose rows are the reference (default: the training
@@ -97,6 +97,10 @@ def model_reference(ref: str, *, dataset: str | None = None, workspace: Any = No
 
     ws = _ws(workspace)
     rec = parse_ref(ws, ref)
+    trained_on = _lineage_datasets(rec)
+    if dataset is None and len(trained_on) == 1:
+        # the training dataset of the lineage: a one-off --reference does not replace it
+        dataset = trained_on[0]
     # a reference recorded on the version (given once with --reference) is reused
     stored = ws.metadata.get_monitor_reference(rec.name, rec.version, dataset)
     if stored is not None and ws.artifacts.exists(stored.artifact_hash):
@@ -111,9 +115,13 @@ def model_reference(ref: str, *, dataset: str | None = None, workspace: Any = No
     return built
 
 
-def _training_dataset(rec: Any, ref: str) -> str:
+def _lineage_datasets(rec: Any) -> list[str]:
     lineage = (rec.meta or {}).get("lineage") or {}
-    datasets = [d for d in lineage.get("datasets") or [] if "@" in str(d)]
+    return [str(d) for d in lineage.get("datasets") or [] if "@" in str(d)]
+
+
+def _training_dataset(rec: Any, ref: str) -> str:
+    datasets = _lineage_datasets(rec)
     if len(datasets) == 1:
         return str(datasets[0])
     if not datasets:

@@ -21,6 +21,7 @@ Defaults, and why:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,9 @@ class DriftPolicy:
                 raise ConfigError(f"{name} must be a positive integer, not {value!r}.")
         if not (isinstance(self.k, int | float) and math.isfinite(self.k) and self.k >= 0):
             raise ConfigError(f"k must be a non-negative number, not {self.k!r}.")
+        if not isinstance(self.columns, dict):
+            raise ConfigError("columns must be a mapping of column name to {threshold: X, "
+                              f"ignore: true}}, not {self.columns!r}.")
         for col, spec in self.columns.items():
             if not isinstance(spec, dict) or set(spec) - _COLUMN_KEYS:
                 raise ConfigError(f"policy for column {col!r} must be a mapping with keys "
@@ -62,6 +66,20 @@ class DriftPolicy:
             if t is not None and not (isinstance(t, int | float) and t >= 0):
                 raise ConfigError(f"threshold of column {col!r} must be a non-negative "
                                   f"number, not {t!r}.")
+
+    def check_columns(self, known: Iterable[str], what: str) -> None:
+        """Refuse a policy naming a column ``what`` does not have (a typo would silently
+        leave the column under the default rule)."""
+        names = sorted(set(known))
+        unknown = [c for c in self.columns if c not in names]
+        if unknown:
+            import difflib
+
+            hint = difflib.get_close_matches(unknown[0], names, n=1)
+            raise ConfigError(
+                f"the drift policy names column(s) {unknown} that {what} does not have"
+                + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                + f"; its columns are {names}.")
 
     def fixed_threshold(self, column: str) -> float | None:
         t = self.columns.get(column, {}).get("threshold")
