@@ -79,7 +79,9 @@ def test_drift_retrains_gates_canaries_promotes_and_the_lineage_names_the_alarm(
 
     server = Server(root, {}, name="points", args=(
         "--monitor", "loop.yaml", "--monitor-interval", "0.5", "--log-sample", "1",
-        "--log-flush-s", "0.3")).start()
+        # every request logged: the default cap (100 a second) kept a fast client's
+        # 200 requests to 130 logged rows, never a full window of 150
+        "--log-cap", "100000", "--log-flush-s", "0.3")).start()
     try:
         server.wait_ready()
         with Traffic(server.url, 0.0, seed=1) as calm:
