@@ -64,8 +64,14 @@ demo: install-demo
 demo-loop: install-demo
 	$(PY) examples/demo_loop.py
 
+# make test runs the suite in TEST_WORKERS processes (pytest-xdist), whole files to a worker
+# so that a module's fixtures (servers, trained models) are built once; TEST_WORKERS=0 runs
+# it in this process. Most tests wait on subprocesses and servers: two workers suit 2 cores.
+TEST_WORKERS ?= 2
+
 test: install-dev
-	$(PY) -m pytest -q -m "not reliability" -p no:cacheprovider --durations=30
+	$(PY) -m pytest -q -m "not reliability" -p no:cacheprovider --durations=30 \
+		-n $(TEST_WORKERS) --dist loadfile
 
 constraints-floors.txt: pyproject.toml .ci/floors.py
 	$(PYTHON) .ci/floors.py --write

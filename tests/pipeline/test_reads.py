@@ -277,7 +277,9 @@ def test_runs_show_lists_the_reads_and_why_a_step_re_executed(
     settings.write_text("beta")
     run_id = flow("by_file").run(workspace=ws, workers=1).run_id
     ws.close()
-    env = {k: v for k, v in os.environ.items() if k != "REPRISE_WORKSPACE"}
+    # a wide terminal: the table wraps long paths (pytest-xdist's are longer), not the words
+    env = {**{k: v for k, v in os.environ.items() if k != "REPRISE_WORKSPACE"},
+           "COLUMNS": "250"}
 
     def show(*args: str) -> str:
         res = subprocess.run([sys.executable, "-m", "reprise.cli", "runs", "show", run_id,

@@ -190,7 +190,8 @@ def test_concurrent_registrations_keep_one_chain(ws: Any, tmp_path: Path) -> Non
                                               workspace=ws)
     '''))
     root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": str(root)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(  # the reprise this test imports
+        [str(root), *filter(None, [os.environ.get("PYTHONPATH")])])}
     procs = [subprocess.Popen([sys.executable, str(script), str(ws.root), str(k)], env=env,
                               cwd=root) for k in range(3)]
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
