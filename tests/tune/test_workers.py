@@ -38,11 +38,13 @@ RUN = ("import sys, reprise\n"
 def test_an_objective_from_python_c_runs_in_two_workers(workspace: Any, kind: str) -> None:
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", INLINE[kind] + RUN, str(workspace.root)],
-                          capture_output=True, text=True, timeout=30, cwd=workspace.root,
+                          capture_output=True, text=True, timeout=120, cwd=workspace.root,
                           env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "COUNTS 3 0" in proc.stdout, proc.stdout + proc.stderr[-3000:]
-    assert time.monotonic() - t0 < 30
+    # a bound against a hang, not a timing: two workers importing the stack took over
+    # 30 s on this 2-core machine under load (they start in about 5 s when it is quiet)
+    assert time.monotonic() - t0 < 120
 
 
 def test_workers_that_die_at_start_up_stop_the_study(workspace: Any,
