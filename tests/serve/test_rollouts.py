@@ -293,11 +293,23 @@ class TestDecisions:
         assert "insufficient data: 37 of 200 requests (candidate v2)" in d.reason
         assert ws.metadata.get_rollout(rec.id).weight == 5.0
 
-    def test_two_callers_deciding_at_once_apply_one_decision(self, ws: Any) -> None:
+    def test_two_callers_deciding_at_once_apply_one_decision(
+            self, ws: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        import reprise.serve._rollouts as rollouts
+
         rec = start_rollout("churn", 2, interval="60s", workspace=ws)
         feed(ws, rec, 1, rec.created_at + 5, 3000)
         feed(ws, rec, 2, rec.created_at + 5, 400)
-        barrier, results = threading.Barrier(2), []
+        barrier, decided, results = threading.Barrier(2), threading.Barrier(2), []
+        real_decide = rollouts.decide
+
+        def decide_together(*args: Any) -> Any:
+            # both callers decide on the same state before either applies: without this
+            # a caller that starts late reads the step already taken and only waits
+            d = real_decide(*args)
+            decided.wait(timeout=30)
+            return d
+        monkeypatch.setattr(rollouts, "decide", decide_together)
 
         def decider(name: str) -> None:
             barrier.wait()
