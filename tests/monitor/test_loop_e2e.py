@@ -4,7 +4,8 @@ watcher in its process. In-distribution traffic raises no alarm; shifted traffic
 an input-drift alarm, the loop retrains the production pipeline on the prepared newer
 dataset version, the candidate passes its gates against production, a canary rollout
 starts, and the server's rollout decider promotes it; the new version's lineage names
-the alarm. (The failing-gate scenario runs in-process in ``test_retrain.py``.)"""
+the alarm. In the second test the retrained model fails its gate against production:
+nothing is registered or rolled out, and the audit log holds the alarm and the failed gate."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from tests.pipeline.test_pipelines import cli
 from tests.registry.test_cli import js, make_project, points
 from tests.serve._e2e import Server, wait_for
 
-LOOP = {"window": 150,
+LOOP: dict[str, Any] = {"window": 150,
         "rules": [{"on": ["input_drift", "prediction_drift"], "do": ["retrain"]}],
         "cooldown": {"retrain": "1h"},
         "retrain": {"dataset": "latest", "target": "y",
@@ -122,3 +123,53 @@ def test_drift_retrains_gates_canaries_promotes_and_the_lineage_names_the_alarm(
     assert "monitor.action.failed" not in actions
     trig = js(root, "lineage", "points:2")["summary"]["trigger"]
     assert trig["alarm"]["id"] == alarm["alarm"] and trig["retrain_of"] == "points:1"
+
+
+@pytest.mark.timeout(300)
+def test_a_retrained_model_failing_its_gate_is_never_registered_nor_rolled_out(
+        tmp_path: Path) -> None:
+    """The second scenario through a real server: the newest dataset version holds another
+    concept, so the retrained model, scored beside production on the original rows, fails
+    "no worse than baseline"; nothing is registered, no rollout starts, production keeps
+    serving version 1, and the alarm and the failed gate are in the audit log."""
+    root = make_project(tmp_path)
+    run1 = js(root, "run", "flow.py:flow")["run_id"]
+    js(root, "models", "register", "points", "--run", run1)
+    cli(root, "models", "promote", "points", "1", "--alias", "production")
+    other = points(300, seed=5)
+    other["a"] += 2.0
+    other["y"] = (other["a"] - 2.0 + other["b"] > 0).astype(int)  # another concept
+    other.to_csv(root / "points.csv", index=False)
+    cli(root, "data", "add", "points", "points.csv")
+    loop = {**LOOP, "retrain": {**LOOP["retrain"], "eval_dataset": "points@1"}}
+    (root / "loop.yaml").write_text(yaml.safe_dump(loop))
+    ws = open_workspace(root)
+
+    server = Server(root, {}, name="points", args=(
+        "--monitor", "loop.yaml", "--monitor-interval", "0.5", "--log-sample", "1",
+        "--log-cap", "100000", "--log-flush-s", "0.3")).start()
+    try:
+        server.wait_ready()
+        with Traffic(server.url, 2.0, seed=2) as shifted:
+            wait_for(lambda: "monitor.action.failed" in loop_actions(ws), 180,
+                     "the loop to retrain and the candidate to fail its gate", every=0.5)
+            codes = len(shifted.codes)
+            wait_for(lambda: len(shifted.codes) > codes + 20, 30, "answers after the failure")
+        assert set(shifted.codes) == {200}, "the server kept answering"
+    finally:
+        server.stop()
+        print(server.tail())
+
+    assert [v.version for v in ws.metadata.list_model_versions("points")] == [1]
+    assert ws.metadata.get_aliases("points")["production"] == 1
+    assert ws.metadata.list_rollouts("points") == []
+    events = ws.metadata.list_audit_events()
+    acts = [e.action for e in events]
+    assert acts.index("monitor.alarm") < acts.index("monitor.action.started") < \
+        acts.index("monitor.action.failed")
+    assert "monitor.action.succeeded" not in acts and "rollout.start" not in acts
+    failed = next(e for e in events if e.action == "monitor.action.failed").payload
+    alarm = next(e for e in events if e.action == "monitor.alarm").payload
+    assert failed["alarm"] == alarm["alarm"]
+    gate = next(g for g in failed["result"]["gates"] if g["source"] == "policy")
+    assert gate["passed"] is False and gate["actual"] < gate["baseline"] - 0.05
