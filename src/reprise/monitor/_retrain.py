@@ -40,6 +40,7 @@ from typing import Any
 from reprise.core.errors import NotFoundError, UserError
 from reprise.monitor._alarm import Alarm
 from reprise.monitor._triggers import RetrainSettings
+from reprise.pipeline._verify import prepare_replay, replay_result
 
 __all__ = ["RetrainStopped", "alarm_tags", "retrain", "run_bounded"]
 
@@ -237,51 +238,18 @@ def _rerun(ws: Any, run: Any, overrides: dict[str, Any], tags: dict[str, str], *
         code, stdout, stderr = run_bounded(
             [sys.executable, "-m", "reprise.monitor._retrain", json.dumps(spec)],
             timeout_s=timeout_s, env=env, cwd=scratch, cancelled=cancelled)
-    lines = stdout.strip().splitlines()
-    try:
-        doc = json.loads(lines[-1]) if lines else {}
-    except ValueError:
-        doc = {}
-    if "run_id" not in doc:
-        raise UserError(f"the retraining process exited with {code}:\n"
-                        f"{stderr.strip()[-3000:]}")
-    return doc["run_id"], doc.get("error")
+    return replay_result(stdout, code, stderr, "the retraining process")
 
 
 def _replay(spec: dict[str, Any]) -> dict[str, Any]:
     """In the fresh process: unpack the snapshot, run with the overrides and tags."""
-    from reprise.pipeline._load import load_pipeline
     from reprise.pipeline._runner import StepFailedError, run_pipeline
-    from reprise.pipeline._snapshot import snapshot_path, snapshot_sys_path
-    from reprise.pipeline._verify import _materialize_input
-    from reprise.store._materializers import load_object
     from reprise.tracking._api import open_workspace
 
     ws = open_workspace(spec["workspace"])
     rec = ws.metadata.get_run(spec["run_id"])
-    snap = ws.metadata.run_artifacts(rec.id)["code"]
-    scratch = Path(spec["scratch"])
-    code = scratch / "code"
-    load_object(ws.artifacts, snap.hash, snap.materializer, snap.meta, dest=code)
-    ref = rec.tags["reprise.pipeline"]
-    file_part, _, fn = ref.rpartition(":")
-    params: dict[str, Any] = {}
-    for k, v in rec.params.items():
-        if isinstance(v, dict) and "$path" in v:
-            params[k] = _materialize_input(ws, k, v, scratch / "inputs")
-        elif isinstance(v, dict) and "$input" in v:
-            params[k] = v["resolved"]
-        else:
-            params[k] = v
+    pipe, params, ref = prepare_replay(ws, rec, Path(spec["scratch"]))
     params.update(spec["overrides"])
-    sys.path[:0] = [str(p) for p in snapshot_sys_path(code)]
-    os.chdir(code)
-    if file_part.endswith(".py"):
-        rel = snapshot_path(Path(file_part), ws.root) if Path(file_part).is_absolute() \
-            else file_part
-        pipe = load_pipeline(f"{code / rel}:{fn}", base=code)
-    else:
-        pipe = load_pipeline(ref)
     try:
         result = run_pipeline(pipe, params, seed=rec.seed or 0, workspace=ws,
                               tags=spec["tags"], pipeline_ref=ref)

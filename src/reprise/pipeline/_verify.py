@@ -158,31 +158,55 @@ def _replay_in_subprocess(ws: Any, rec: Any, scratch: Path, steps: list[str],
                           capture_output=True, text=True, env=env, cwd=str(scratch))
     if stream is not None and proc.stderr:
         stream.write(proc.stderr)
-    out = proc.stdout.strip().splitlines()
+    return replay_result(proc.stdout, proc.returncode, proc.stderr,
+                         f"verify could not re-execute run {rec.id}: the replay process")
+
+
+def replay_result(stdout: str, code: int | None, stderr: str, what: str,
+                  ) -> tuple[str, str | None]:
+    """``(run id, error)`` from a replay process's last line of output (:func:`_replay`'s
+    JSON); a UserError naming ``what``, its exit code and the tail of its stderr when it
+    printed none (it died before running)."""
+    lines = stdout.strip().splitlines()
     try:
-        doc = json.loads(out[-1]) if out else {}
+        doc = json.loads(lines[-1]) if lines else {}
     except ValueError:
         doc = {}
     if "run_id" not in doc:
-        raise UserError(f"verify could not re-execute run {rec.id}: the replay process exited "
-                        f"with {proc.returncode}:\n{proc.stderr.strip()[-4000:]}")
+        raise UserError(f"{what} exited with {code}:\n{stderr.strip()[-4000:]}")
     return doc["run_id"], doc.get("error")
 
 
 def _replay(spec: dict[str, Any]) -> dict[str, Any]:
     """In the fresh process: unpack the snapshot and inputs, run with the cache off."""
-    from reprise.pipeline._load import load_pipeline
     from reprise.pipeline._progress import LineProgress
     from reprise.pipeline._runner import StepFailedError, run_pipeline
-    from reprise.store._materializers import load_object
     from reprise.tracking._api import open_workspace
 
     ws = open_workspace(spec["workspace"])
     rec = ws.metadata.get_run(spec["run_id"])
-    arts = ws.metadata.run_artifacts(rec.id)
-    scratch = Path(spec["scratch"])
+    pipe, params, ref = prepare_replay(ws, rec, Path(spec["scratch"]))
+    tags = {"reprise.verify_of": rec.id}
+    try:
+        result = run_pipeline(pipe, params, seed=rec.seed or 0, workers=spec.get("workers"),
+                              cache=False, workspace=ws, progress=LineProgress(sys.stderr),
+                              steps=spec.get("steps") or None, tags=tags, pipeline_ref=ref)
+        return {"run_id": result.run_id}
+    except StepFailedError as exc:
+        return {"run_id": exc.run_id, "error": exc.error}
+
+
+def prepare_replay(ws: Any, rec: Any, scratch: Path) -> tuple[Any, dict[str, Any], str]:
+    """In a fresh process about to re-run ``rec``: unpack its code snapshot and file
+    inputs under ``scratch``, put the snapshot first on ``sys.path``, enter it, and load
+    its pipeline: ``(pipeline, params as the run had them, pipeline ref)``. Used by
+    ``verify`` and by the monitoring loop's retraining."""
+    from reprise.pipeline._load import load_pipeline
+    from reprise.pipeline._snapshot import snapshot_path, snapshot_sys_path
+    from reprise.store._materializers import load_object
+
     code = scratch / "code"
-    snap = arts["code"]
+    snap = ws.metadata.run_artifacts(rec.id)["code"]
     load_object(ws.artifacts, snap.hash, snap.materializer, snap.meta, dest=code)
     ref = rec.tags["reprise.pipeline"]
     file_part, _, name = ref.rpartition(":")
@@ -194,8 +218,6 @@ def _replay(spec: dict[str, Any]) -> dict[str, Any]:
             params[k] = v["resolved"]
         else:
             params[k] = v
-    from reprise.pipeline._snapshot import snapshot_path, snapshot_sys_path
-
     # The snapshot's folders go first: its modules, not the ones installed now (a
     # library installed with ``pip install -e`` may have been edited since the run).
     sys.path[:0] = [str(p) for p in snapshot_sys_path(code)]
@@ -203,17 +225,8 @@ def _replay(spec: dict[str, Any]) -> dict[str, Any]:
     if file_part.endswith(".py"):
         rel = snapshot_path(Path(file_part), ws.root) if Path(file_part).is_absolute() \
             else file_part
-        pipe = load_pipeline(f"{code / rel}:{name}", base=code)
-    else:
-        pipe = load_pipeline(ref)
-    tags = {"reprise.verify_of": rec.id}
-    try:
-        result = run_pipeline(pipe, params, seed=rec.seed or 0, workers=spec.get("workers"),
-                              cache=False, workspace=ws, progress=LineProgress(sys.stderr),
-                              steps=spec.get("steps") or None, tags=tags, pipeline_ref=ref)
-        return {"run_id": result.run_id}
-    except StepFailedError as exc:
-        return {"run_id": exc.run_id, "error": exc.error}
+        return load_pipeline(f"{code / rel}:{name}", base=code), params, ref
+    return load_pipeline(ref), params, ref
 
 
 def _materialize_input(ws: Any, name: str, rec: dict[str, Any], dest: Path) -> Any:
