@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,41 +41,13 @@ from reprise.monitor._alarm import Alarm, MonitorWindow
 from reprise.monitor._compare import DriftReport, compare
 from reprise.monitor._model_reference import ModelReference, model_reference, prediction_table
 from reprise.monitor._performance import window_performance
-from reprise.monitor._policy import DriftPolicy
+from reprise.monitor._policy import DEFAULT_WINDOW, DriftPolicy, parse_window
 from reprise.monitor._reference import Reference
 from reprise.monitor._window import Window
 
 __all__ = ["DEFAULT_WINDOW", "LiveReport", "LiveWindow", "live_report", "parse_window"]
 
-DEFAULT_WINDOW = 1000
 MAX_WINDOWS = 100  # per call: each window costs its summaries (fixed size) and a test
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-
-
-def parse_window(window: int | str | None) -> tuple[str, float]:
-    """``("rows", n)`` for a row count, ``("time", seconds)`` for ``"30s"``/``"15m"``/
-    ``"1h"``/``"2d"``."""
-    if window is None:
-        return "rows", float(DEFAULT_WINDOW)
-    if isinstance(window, int) and not isinstance(window, bool):
-        if window < 1:
-            raise UserError(f"a window is at least 1 row, not {window}.")
-        return "rows", float(window)
-    if isinstance(window, str):
-        text = window.strip().lower()
-        if text.isdigit() and int(text) >= 1:
-            return "rows", float(int(text))
-        m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smhd])", text)
-        if m and float(m.group(1)) > 0:
-            return "time", float(m.group(1)) * _UNITS[m.group(2)]
-        if re.fullmatch(r"[-+]?\d+(\.\d+)?", text):
-            raise UserError(f"window {window!r}: a window of rows is a whole number of at "
-                            "least 1 (e.g. 1000).")
-        if m:
-            raise UserError(f"window {window!r}: a duration must be longer than 0 "
-                            "(e.g. 30s, 15m, 1h, 2d).")
-    raise UserError(f"window {window!r} is neither a row count (e.g. 1000) nor a duration "
-                    "(e.g. 30s, 15m, 1h, 2d).")
 
 
 @dataclass

@@ -21,14 +21,18 @@ Defaults, and why:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reprise.core.errors import ConfigError
+from reprise.core._durations import duration_seconds
+from reprise.core.errors import ConfigError, UserError
 
-__all__ = ["CORRECTIONS", "DriftPolicy", "load_drift_policy"]
+__all__ = ["CORRECTIONS", "DEFAULT_WINDOW", "DriftPolicy", "load_drift_policy", "parse_window"]
+
+DEFAULT_WINDOW = 1000  # rows of logged traffic in a live window
 
 CORRECTIONS = ("holm", "bh")
 _KEYS = {"alpha", "correction", "min_rows", "ks_max_rows", "k", "columns"}
@@ -117,3 +121,29 @@ def load_drift_policy(path: str | Path) -> DriftPolicy:
     if not isinstance(doc, dict):
         raise ConfigError(f"{p} must hold a mapping of policy keys, not {type(doc).__name__}.")
     return DriftPolicy.from_dict(doc)
+
+
+def parse_window(window: int | str | None) -> tuple[str, float]:
+    """``("rows", n)`` for a row count, ``("time", seconds)`` for ``"30s"``/``"15m"``/
+    ``"1h"``/``"2d"``."""
+    if window is None:
+        return "rows", float(DEFAULT_WINDOW)
+    if isinstance(window, int) and not isinstance(window, bool):
+        if window < 1:
+            raise UserError(f"a window is at least 1 row, not {window}.")
+        return "rows", float(window)
+    if isinstance(window, str):
+        text = window.strip().lower()
+        if text.isdigit() and int(text) >= 1:
+            return "rows", float(int(text))
+        seconds = duration_seconds(text, units=("s", "m", "h", "d"), bare=False)
+        if seconds is not None and seconds > 0:
+            return "time", seconds
+        if re.fullmatch(r"[-+]?\d+(\.\d+)?", text):
+            raise UserError(f"window {window!r}: a window of rows is a whole number of at "
+                            "least 1 (e.g. 1000).")
+        if seconds is not None:
+            raise UserError(f"window {window!r}: a duration must be longer than 0 "
+                            "(e.g. 30s, 15m, 1h, 2d).")
+    raise UserError(f"window {window!r} is neither a row count (e.g. 1000) nor a duration "
+                    "(e.g. 30s, 15m, 1h, 2d).")

@@ -45,8 +45,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reprise.core.errors import ConfigError
+from reprise.core._durations import duration_seconds
+from reprise.core.errors import ConfigError, UserError
 from reprise.monitor._alarm import ALARM_KINDS
+from reprise.monitor._policy import parse_window
 
 __all__ = ["ACTIONS", "NotifySettings", "RetrainSettings", "TriggerPolicy", "TriggerRule",
            "load_trigger_policy", "parse_seconds"]
@@ -58,19 +60,13 @@ _RULE = {"on", "do"}
 _RETRAIN = {"dataset", "target", "eval_dataset", "gates", "timeout", "rollout", "param"}
 _ROLLOUT = {"strategy", "steps", "interval", "policy"}
 _NOTIFY = {"url", "timeout"}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*$")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 
 
 def parse_seconds(value: Any, key: str) -> float:
     """Seconds in ``250ms``, ``60s``, ``5m``, ``1h``, ``1d`` or a number (of seconds)."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        m = _DURATION.match(value) if isinstance(value, str) else None
-        if m is None:
-            raise ConfigError(f"{key}: {value!r} is not a duration; write e.g. 30s, 5m or 1h.")
-        seconds = float(m.group(1)) * _UNIT[m.group(2)]
+    seconds = duration_seconds(value)
+    if seconds is None:
+        raise ConfigError(f"{key}: {value!r} is not a duration; write e.g. 30s, 5m or 1h.")
     if not (math.isfinite(seconds) and seconds >= 0):
         raise ConfigError(f"{key}: a duration must be 0 or more; got {value!r}.")
     return seconds
@@ -253,11 +249,12 @@ class TriggerPolicy:
             raise ConfigError("a rule does 'notify' but the policy has no notify.url; add "
                               "notify: {url: http://...}.")
         window = d.get("window")
-        if window is not None and not (
-                (isinstance(window, int) and not isinstance(window, bool) and window >= 1)
-                or (isinstance(window, str) and _DURATION.match(window))):
-            raise ConfigError(f"window must be a number of requests (e.g. 1000) or a duration "
-                              f"(e.g. 15m); got {window!r}.")
+        if window is not None:
+            try:  # the detector's own parser: what loads here, the watcher can use
+                parse_window(window)
+            except UserError:
+                raise ConfigError(f"window must be a number of requests (e.g. 1000) or a "
+                                  f"duration (e.g. 15m); got {window!r}.") from None
         return cls(rules=tuple(parsed), cooldown_s=cooldown, retrain=retrain, notify=notify,
                    window=window, repeat_s=parse_seconds(d.get("repeat", "1h"), "repeat"),
                    reference=_reference(d.get("reference")))

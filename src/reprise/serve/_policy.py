@@ -21,12 +21,12 @@ from __future__ import annotations
 import difflib
 import math
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from reprise.core._durations import duration_seconds
 from reprise.core.errors import UserError
 
 __all__ = ["KEYS", "Key", "Policy", "load_policy", "parse_duration"]
@@ -255,8 +255,6 @@ def _hint(word: str, known: Mapping[str, Any]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
 def parse_duration(value: str | float | int) -> float:
@@ -266,13 +264,9 @@ def parse_duration(value: str | float | int) -> float:
         >>> parse_duration("5m"), parse_duration("250ms"), parse_duration(2)
         (300.0, 0.25, 2.0)
     """
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        m = _DURATION.match(value) if isinstance(value, str) else None
-        if m is None:
-            raise UserError(f"{value!r} is not a duration; write e.g. 250ms, 60s, 5m or 1h")
-        seconds = float(m.group(1)) * _UNIT[m.group(2)]
+    seconds = duration_seconds(value, units=("ms", "s", "m", "h"))
+    if seconds is None:
+        raise UserError(f"{value!r} is not a duration; write e.g. 250ms, 60s, 5m or 1h")
     if not (math.isfinite(seconds) and seconds > 0):
         raise UserError(f"a duration must be more than 0; got {value!r}")
     return seconds
