@@ -63,26 +63,33 @@ def loop_actions(ws: Any) -> list[str]:
             if e.action.startswith("monitor.")]
 
 
-@pytest.mark.timeout(300)
-def test_drift_retrains_gates_canaries_promotes_and_the_lineage_names_the_alarm(
-        tmp_path: Path) -> None:
+def serving_project(tmp_path: Path, sign: float, loop: dict[str, Any]) -> tuple[Path, Server]:
+    """points:1 trained, registered and in production; points@2 prepared: the shifted
+    population, labelled ``a - 2 + sign * b > 0`` (-1: the concept points:1 learned, +1:
+    another); ``loop.yaml``; a server (not started) watching with it, every request logged
+    (at the default cap of 100 a second a fast client's 200 requests left 130 logged rows,
+    never a full window of 150)."""
     root = make_project(tmp_path)
     run1 = js(root, "run", "flow.py:flow")["run_id"]
     js(root, "models", "register", "points", "--run", run1)
     cli(root, "models", "promote", "points", "1", "--alias", "production")
-    newer = points(300, seed=5)  # the prepared newer version: the shifted population
+    newer = points(300, seed=5)
     newer["a"] += 2.0
-    newer["y"] = (newer["a"] - 2.0 - newer["b"] > 0).astype(int)
+    newer["y"] = (newer["a"] - 2.0 + sign * newer["b"] > 0).astype(int)
     newer.to_csv(root / "points.csv", index=False)
     cli(root, "data", "add", "points", "points.csv")
-    (root / "loop.yaml").write_text(yaml.safe_dump(LOOP))
-    ws = open_workspace(root)
-
-    server = Server(root, {}, name="points", args=(
+    (root / "loop.yaml").write_text(yaml.safe_dump(loop))
+    return root, Server(root, {}, name="points", args=(
         "--monitor", "loop.yaml", "--monitor-interval", "0.5", "--log-sample", "1",
-        # every request logged: the default cap (100 a second) kept a fast client's
-        # 200 requests to 130 logged rows, never a full window of 150
-        "--log-cap", "100000", "--log-flush-s", "0.3")).start()
+        "--log-cap", "100000", "--log-flush-s", "0.3"))
+
+
+@pytest.mark.timeout(300)
+def test_drift_retrains_gates_canaries_promotes_and_the_lineage_names_the_alarm(
+        tmp_path: Path) -> None:
+    root, server = serving_project(tmp_path, -1.0, LOOP)  # points@2: the same concept
+    ws = open_workspace(root)
+    server.start()
     try:
         server.wait_ready()
         with Traffic(server.url, 0.0, seed=1) as calm:
@@ -132,22 +139,10 @@ def test_a_retrained_model_failing_its_gate_is_never_registered_nor_rolled_out(
     concept, so the retrained model, scored beside production on the original rows, fails
     "no worse than baseline"; nothing is registered, no rollout starts, production keeps
     serving version 1, and the alarm and the failed gate are in the audit log."""
-    root = make_project(tmp_path)
-    run1 = js(root, "run", "flow.py:flow")["run_id"]
-    js(root, "models", "register", "points", "--run", run1)
-    cli(root, "models", "promote", "points", "1", "--alias", "production")
-    other = points(300, seed=5)
-    other["a"] += 2.0
-    other["y"] = (other["a"] - 2.0 + other["b"] > 0).astype(int)  # another concept
-    other.to_csv(root / "points.csv", index=False)
-    cli(root, "data", "add", "points", "points.csv")
     loop = {**LOOP, "retrain": {**LOOP["retrain"], "eval_dataset": "points@1"}}
-    (root / "loop.yaml").write_text(yaml.safe_dump(loop))
+    root, server = serving_project(tmp_path, 1.0, loop)  # points@2: another concept
     ws = open_workspace(root)
-
-    server = Server(root, {}, name="points", args=(
-        "--monitor", "loop.yaml", "--monitor-interval", "0.5", "--log-sample", "1",
-        "--log-cap", "100000", "--log-flush-s", "0.3")).start()
+    server.start()
     try:
         server.wait_ready()
         with Traffic(server.url, 2.0, seed=2) as shifted:
