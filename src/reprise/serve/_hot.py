@@ -159,8 +159,8 @@ class HotPath:
             model = job.model
             if log is not None:  # the header's id, else the OIP body's, else a new one
                 request_id = log.choose_id(sent, job.request_id or None)
-            # an OIP answer repeats the request's id, else names the logged one
-            job.request_id = job.request_id or request_id or str(uuid.uuid4())
+            if oip:  # an OIP answer repeats the request's id, else names the logged one
+                job.request_id = job.request_id or request_id or str(uuid.uuid4())
             queued = time.perf_counter()
             result = await _run(model, job.checked.columns, job.checked.rows)
             data, headers, content_type = await self._cpu(offload, _answer, job, result)
