@@ -126,3 +126,34 @@ def test_a_killed_tuner_is_resumed_from_its_study(workspace: Any, tmp_path: Path
         assert [r for r in resumed if r[2] == "complete"] == whole
     else:
         assert states.count("failed") == len(running)  # failed as stale, then retried
+
+
+def test_a_trial_left_without_its_params_is_redrawn_as_the_uninterrupted_run_drew_it(
+        workspace: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tuner killed between creating a trial and writing its params (Optuna's ``ask``
+    does one journal write for each) leaves a RUNNING trial without params. Resumed in
+    reproducible mode, that trial gets the params the uninterrupted search drew for it,
+    rather than reaching the objective with none ("'Trial' object is not subscriptable")."""
+    from reprise.tune import _scheduler
+
+    kw: dict[str, Any] = dict(n_trials=8, reproducible=True, batch_size=4, seed=5,
+                              pruner=None, heartbeat=0.2, workspace=workspace)
+    whole = tune(obj.quad, SPACE, study="whole", **kw)
+    real_ask, asked = _scheduler._Tuner._ask, []
+
+    def dies_mid_ask(self: Any) -> Any:
+        if len(asked) == 5:  # trial 5, the second of the second batch: created, no params
+            self.study._storage.create_new_trial(self.study._study_id)
+            raise KeyboardInterrupt
+        asked.append(1)
+        return real_ask(self)
+
+    monkeypatch.setattr(_scheduler._Tuner, "_ask", dies_mid_ask)
+    with pytest.raises(KeyboardInterrupt):
+        tune(obj.quad, SPACE, study="killed", **kw)
+    monkeypatch.setattr(_scheduler._Tuner, "_ask", real_ask)
+    stuck = [t for t in load_study(workspace, "killed").trials if t.state.name == "RUNNING"]
+    assert [t.number for t in stuck] == [4, 5] and stuck[1].params == {}
+    resumed = tune(obj.quad, SPACE, study="killed", **kw)
+    assert [(t["number"], t["params"], t["state"], t["value"]) for t in resumed.trials] == \
+        [(t["number"], t["params"], t["state"], t["value"]) for t in whole.trials]

@@ -220,13 +220,19 @@ class _Tuner:
 
     def _ask_batch(self) -> list[TrialTask]:
         """The next batch: stale trials of this study first (re-run in place, same
-        numbers), else up to ``batch_size`` new ones from a sampler reseeded from
-        the batch's first trial number, so that the draws never depend on timing."""
+        numbers, with the rest of their batch if a killed tuner had not asked all of it),
+        else up to ``batch_size`` new ones from a sampler reseeded from the batch's first
+        trial number, so that the draws never depend on timing."""
         tasks, self._adopted = sorted(self._adopted, key=lambda t: t.number), []
-        if not tasks:
+        if tasks:
+            tasks += self._finish_open_batch()
+        else:
             first = len(self.study.get_trials(deepcopy=False))
             self.study.sampler = make_sampler(self.s.sampler, _mix(self.s.seed, first),
                                               self.space)
+            # before the first ask: a trial that a killed tuner created but did not finish
+            # asking, and the trials of its batch it never asked, are drawn again (_replay)
+            self.storage.set_study_system_attr(self.study._study_id, _BATCH, first)
             while len(tasks) < self.s.batch_size and self._may_ask():
                 tasks.append(self._ask())
         first_number = min((t.number for t in tasks), default=0)
@@ -235,6 +241,39 @@ class _Tuner:
                 t.frozen_before = first_number
                 self.storage.set_trial_system_attr(t.trial_id, _BATCH, first_number)
         return tasks
+
+    def _open_batch(self) -> int | None:
+        first = self.storage.get_study_system_attrs(self.study._study_id).get(_BATCH)
+        return None if first is None else int(first)
+
+    def _finish_open_batch(self) -> list[TrialTask]:
+        """The trials of the last batch that its (killed) tuner never asked, with the
+        params the uninterrupted search gives them."""
+        first, n = self._open_batch(), len(self.study.get_trials(deepcopy=False))
+        if self.dists is None or first is None or not first < n < first + self.s.batch_size:
+            return []
+        draws = self._replay(first, first + self.s.batch_size)
+        tasks: list[TrialTask] = []
+        for number in range(n, first + self.s.batch_size):
+            if not self._may_ask():
+                break
+            self.study.enqueue_trial(draws[number - first], skip_if_exists=False)
+            tasks.append(self._ask())
+            tasks[-1].frozen_before = first
+            self.storage.set_trial_system_attr(tasks[-1].trial_id, _BATCH, first)
+        return tasks
+
+    def _replay(self, first: int, end: int) -> list[dict[str, Any]]:
+        """The params that the batch starting at trial ``first`` draws for trials
+        ``first`` to ``end - 1``: its draws replayed on a copy of the study as it was
+        when the batch was asked, with the batch's seed."""
+        import optuna
+
+        copy = optuna.create_study(
+            direction="maximize" if self.s.direction == "maximize" else "minimize",
+            sampler=make_sampler(self.s.sampler, _mix(self.s.seed, first), self.space))
+        copy.add_trials([t for t in self.study.get_trials() if t.number < first])
+        return [dict(copy.ask(self.dists).params) for _ in range(first, end)]
 
     def _task(self, number: int, trial_id: int, params: dict[str, Any]) -> TrialTask:
         self.mine.add(trial_id)
@@ -319,11 +358,31 @@ class _Tuner:
                 and not _alive(int(owner.get("pid") or 0))
             if gone or now - float(beat) > grace:
                 if self.s.reproducible:  # re-run the same trial in place, same number
-                    task = self._task(t.number, t._trial_id, dict(t.params))
+                    params = dict(t.params)
+                    if self.dists is not None and set(params) != set(self.dists):
+                        params = self._redraw(t.number)
+                        for name, value in params.items():
+                            if name not in t.params:  # the study records what it ran
+                                dist = self.dists[name]
+                                self.storage.set_trial_param(
+                                    t._trial_id, name, dist.to_internal_repr(value), dist)
+                    task = self._task(t.number, t._trial_id, params)
                     task.frozen_before = t.system_attrs.get(_BATCH)
                     self._adopted.append(task)
                 else:
                     self._fail_and_retry(t._trial_id, "its tuner stopped sending heartbeats")
+
+    def _redraw(self, number: int) -> dict[str, Any]:
+        """The params of trial ``number``, which a killed tuner created and did not finish
+        asking (Optuna's ``ask`` writes the trial, then each param, one journal entry
+        each). No worker saw the trial, so nothing else is lost."""
+        first = self._open_batch()
+        if first is None or not first <= number < first + self.s.batch_size:
+            raise UserError(f"trial {number} of study {self.s.study!r} was created without "
+                            "its params, by a tuner that stopped; its draw cannot be "
+                            "replayed — resume without reproducible=True (--reproducible) "
+                            "or name a new study")
+        return self._replay(first, number + 1)[-1]
 
     def _fail_and_retry(self, trial_id: int, why: str) -> None:
         """Fail a running trial and enqueue its params again (up to ``max_retries``)."""
