@@ -72,3 +72,14 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[
     ws = reprise.init(root)
     yield ws
     ws.close()
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[object]:
+    """A real two-node Ray cluster on loopback (tests/_ray_cluster.py), one per test
+    process, started when a test first asks for it and stopped at the session's end."""
+    pytest.importorskip("ray")
+    from tests._ray_cluster import ray_cluster as start
+
+    with start() as cluster:
+        yield cluster
