@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 HEAVY = ["torch", "sklearn", "fastapi", "uvicorn", "starlette", "sqlalchemy", "alembic",
-         "pandas", "pyarrow", "fsspec", "mlflow", "psutil", "pandera", "pydantic", "opentelemetry"]
+         "pandas", "pyarrow", "fsspec", "mlflow", "psutil", "pandera", "pydantic", "opentelemetry",
+         "ray", "s3fs", "botocore", "boto3", "aiobotocore"]
 
 
 def _loaded(code: str) -> set[str]:
