@@ -80,22 +80,29 @@ def test_put_get_exists_size_delete_iter_by_content(s3_bucket: object, tmp_path:
     assert list(store.iter_hashes()) == [h2]
 
 
-def test_a_64_mb_file_goes_up_in_parts_in_bounded_memory(s3_bucket: object,
-                                                         tmp_path: Path) -> None:
+def test_a_64_mb_file_goes_up_streamed_from_disk_in_bounded_memory(
+        s3_bucket: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import reprise.store._s3 as s3mod
+
     big = _big_file(tmp_path / "big.bin", 64)
+    h = hash_file(big)
     store = _store(s3_bucket, cache_size=0)
     store.put_bytes(b"warm up the client")  # the client's one-off set-up is not the put's
-    tracemalloc.start()
-    try:
-        h, size = store.put_file(big)
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert size == 64 << 20 and h == hash_file(big)
-    assert peak < 24 << 20, f"put held {peak / 2**20:.1f} MiB for a 64 MiB file"
-    head = s3_bucket.server.client().head_object(  # type: ignore[attr-defined]
-        Bucket=s3_bucket.bucket, Key=f"ws/blobs/{h[:2]}/{h[2:]}")  # type: ignore[attr-defined]
-    assert head["ETag"].strip('"').endswith("-8")  # a multipart upload of 8 parts
+    client = s3_bucket.server.client()  # type: ignore[attr-defined]
+    key = f"ws/blobs/{h[:2]}/{h[2:]}"
+    for single_put_max, parts in ((128 << 20, 0), (16 << 20, 8)):  # one PUT, then 8 parts
+        monkeypatch.setattr(s3mod, "_SINGLE_PUT_MAX", single_put_max)
+        monkeypatch.setattr(s3mod, "_PART", 8 << 20)
+        store.delete(h)
+        tracemalloc.start()
+        try:
+            assert store.put_file(big) == (h, 64 << 20)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < 8 << 20, f"put held {peak / 2**20:.1f} MiB for a 64 MiB file"
+        etag = client.head_object(Bucket=s3_bucket.bucket, Key=key)["ETag"].strip('"')  # type: ignore[attr-defined]
+        assert etag.endswith(f"-{parts}") if parts else "-" not in etag
     for reader in (store, _store(s3_bucket, cache_size=128 << 20)):  # streamed, cached
         tracemalloc.start()
         try:
@@ -158,6 +165,9 @@ def test_cache_settings_from_the_workspace_config(s3_bucket: object, tmp_path: P
 PUT_SCRIPT = textwrap.dedent('''
     import sys
     from reprise.store._artifacts import open_artifact_store
+    import reprise.store._s3 as s3mod
+    s3mod._SINGLE_PUT_MAX = s3mod._PART = 8 << 20  # multipart, one 8 MiB part at a time
+    s3mod._PARTS_IN_FLIGHT = 1
     store = open_artifact_store(sys.argv[1])
     print(*store.put_file(sys.argv[2]), flush=True)
 ''')

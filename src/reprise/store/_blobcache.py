@@ -25,13 +25,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from reprise.core._atomic import TMP_PREFIX
-from reprise.core._hashing import hash_file, is_hash
+from reprise.core._hashing import is_hash
 from reprise.core.errors import IntegrityError
 
 __all__ = ["DEFAULT_CACHE_SIZE", "BlobCache", "default_cache_dir"]
 
 DEFAULT_CACHE_SIZE = 5 << 30
 _STALE_TMP = 3600.0
+_RELIST = 60.0
 
 
 def default_cache_dir() -> Path:
@@ -46,6 +47,8 @@ class BlobCache:
     def __init__(self, root: str | os.PathLike[str], limit: int) -> None:
         self.root = Path(root).expanduser().absolute()
         self.limit = int(limit)
+        self._estimate = 0  # bytes in the cache as of the last listing, plus fills since
+        self._listed = -float("inf")
 
     def path(self, h: str) -> Path:
         return self.root / h[:2] / h[2:]
@@ -67,31 +70,40 @@ class BlobCache:
         tmp.mkdir(parents=True, exist_ok=True)
         return tmp / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
 
-    def fill(self, h: str, size: int, download: Callable[[Path], None]) -> Path:
-        """Download the blob with ``download(temp_path)``, check its size and hash, move
-        it into the cache and return its path. ``IntegrityError`` (and nothing cached)
-        when the bytes do not hash to ``h``."""
+    def fill(self, h: str, download: Callable[[Path], tuple[int, str] | None]
+             ) -> Path | None:
+        """Fill blob ``h``: ``download(temp_path)`` writes the bytes and returns their
+        ``(size, hash)``, or None for a blob over the limit (then nothing is cached and
+        None returned). ``IntegrityError``, and nothing cached, when the hash is not ``h``.
+        """
         tmp = self.temp_path()
         try:
-            download(tmp)
-            got = tmp.stat().st_size
-            if got != size or hash_file(tmp) != h:
+            got = download(tmp)
+            if got is None:
+                return None
+            size, digest = got
+            if digest != h:
                 raise IntegrityError(
-                    f"Blob {h} downloaded into the cache {self.root} is corrupt "
-                    f"({got} bytes, expected {size}, or its bytes do not hash to its name). "
-                    "Run `reprise fsck` on the artifact store to find corrupt blobs.")
-            return self.adopt(h, tmp)
+                    f"Blob {h} downloaded into the cache {self.root} is corrupt: its "
+                    f"{size} bytes do not hash to its name. Run `reprise fsck` on the "
+                    "artifact store to find corrupt blobs.")
+            return self.adopt(h, tmp, size)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
 
-    def adopt(self, h: str, tmp: Path) -> Path:
+    def adopt(self, h: str, tmp: Path, size: int) -> Path:
         """Move a verified file made by :meth:`temp_path` into the cache as blob ``h``."""
         target = self.path(h)
         target.parent.mkdir(parents=True, exist_ok=True)
         os.chmod(tmp, 0o444)
         os.replace(tmp, target)  # atomic; a racing filler renames the same bytes
-        self.evict(keep=h)
+        # The folder is listed (to evict) only when this process's running estimate of
+        # the total passes the limit, or a minute after the last listing (other processes
+        # fill it too), not on every fill: a cache of 100,000 blobs takes a while to list.
+        self._estimate += size
+        if self._estimate > self.limit or time.monotonic() - self._listed > _RELIST:
+            self.evict(keep=h)
         return target
 
     def discard(self, h: str) -> None:
@@ -120,6 +132,7 @@ class BlobCache:
         self._sweep_tmp()
         entries = self.entries()
         total = sum(size for _, size, _ in entries)
+        self._listed = time.monotonic()
         freed = 0
         keep_path = self.path(keep) if keep else None
         for _, size, path in sorted(entries, key=lambda e: e[0]):
@@ -131,6 +144,7 @@ class BlobCache:
                 path.unlink()
                 freed += size
             total -= size
+        self._estimate = total
         return freed
 
     def _sweep_tmp(self) -> None:

@@ -13,13 +13,20 @@ on an error; one left by a killed process is invisible and :meth:`S3ArtifactStor
 aborts it after the grace period). A temp key and a server-side copy would buy
 nothing more and cost a second write of every byte (a multipart copy above 5 GB).
 Two writers of the same content both PUT the same bytes to the same key: whichever
-lands last, the object is complete and correct.
+lands last, the object is complete and correct. Content up to ``_SMALL_PUT`` goes up
+in one conditional PUT (``If-None-Match: *``: stored unless the key exists), which
+replaces the HEAD that otherwise checks whether the blob is already there.
 
-**Memory.** Files are uploaded by s3fs's ``put_file`` in parts of ``_PART`` bytes read
-from disk ``_PARTS_IN_FLIGHT`` at a time (s3fs's defaults, 50 MiB x 10, would hold up to
-500 MiB), so a put holds a few parts in memory whatever the file's size;
-streams are spooled to a local temp file while being hashed (the key is their hash,
-known only at the end), then uploaded the same way.
+**Memory.** Uploads stream from the file on disk: each request's body is a
+``_FileRegion`` (a read-only, seekable view of one byte range of the file) that
+botocore reads for its checksums and aiohttp streams in 64 KiB pieces, so a put
+holds a few MiB whatever the file's size. Files up to ``_SINGLE_PUT_MAX`` go up in
+one PUT, larger ones as a multipart upload of ``_PART``-byte parts, ``_PARTS_IN_FLIGHT``
+at once. (s3fs's ``put_file`` reads every part into a bytes object, plus a copy, so
+with its defaults a 64 MiB file costs 130 MiB of memory; its multipart loop is
+followed here, only the bodies differ.) Streams are spooled to a local temp file
+while being hashed (the key is their hash, known only at the end), then uploaded
+the same way.
 
 **Retries.** botocore's own retry handler does them, configured by the standard
 ``AWS_RETRY_MODE`` / ``AWS_MAX_ATTEMPTS`` (default here: ``standard``, 8 attempts):
@@ -42,6 +49,7 @@ a doomed blob's age just before deleting it.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -50,7 +58,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, cast
 from urllib.parse import urlsplit
 
-from reprise.core._hashing import hash_file, new_hasher
+from reprise.core._atomic import atomic_write
+from reprise.core._hashing import hash_bytes, hash_file, new_hasher
 from reprise.core._units import parse_size
 from reprise.core.errors import ConfigError, StoreError
 from reprise.store._artifacts import _CHUNK, BaseArtifactStore, _check_hash
@@ -58,11 +67,54 @@ from reprise.store._blobcache import DEFAULT_CACHE_SIZE, BlobCache, default_cach
 
 __all__ = ["S3ArtifactStore"]
 
-_PART = 8 << 20  # multipart part size (S3's minimum is 5 MiB)
-_PARTS_IN_FLIGHT = 1  # parts read and sent at once: a put holds about twice this many
+_SMALL_PUT = 8 << 20  # up to this, a put sends bytes from memory in one conditional PUT
+_SINGLE_PUT_MAX = 100 << 20  # larger files go up in parts (s3fs's threshold too)
+_PART = 32 << 20  # multipart part size (S3: 5 MiB to 5 GiB, at most 10,000 parts)
+_PARTS_IN_FLIGHT = 4  # streamed from disk: costs connections, not memory
+_MAX_PARTS = 10_000
 _READ_BLOCK = 4 << 20  # ranged GETs of a streamed read (a few are held at once)
 _TOUCH_AFTER = 60.0
 _DEFAULT_ATTEMPTS = 8
+
+
+class _FileRegion(io.RawIOBase):
+    """A read-only, seekable view of ``length`` bytes of a file from ``offset``: an upload
+    body that botocore and aiohttp read in pieces (and rewind for a retry), so no part
+    is ever held whole in memory. Written here because neither s3fs nor botocore offers
+    one: s3fs reads each part into bytes, and botocore would send a plain file to its end.
+    """
+
+    def __init__(self, path: Path, offset: int, length: int) -> None:
+        super().__init__()
+        self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self._start, self._length, self._pos = offset, length, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
+        base = (0, self._pos, self._length)[whence]
+        self._pos = max(0, base + pos)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), self._length - self._pos)
+        if n <= 0:
+            return 0
+        got = os.preadv(self._fd, [memoryview(buffer)[:n]], self._start + self._pos)
+        self._pos += got
+        return got
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self._fd)
+        super().close()
 
 
 def _endpoint() -> str:
@@ -97,6 +149,7 @@ class S3ArtifactStore(BaseArtifactStore):
         self.url = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
         self.root = f"{self.bucket}/{self.prefix}".rstrip("/")
         self._fs: Any = None
+        self._conditional = True  # the server honours If-None-Match on PUT (S3 since 2024)
         if cache_size is None:
             env = os.environ.get("REPRISE_ARTIFACTS_CACHE_SIZE")
             cache_size = parse_size(env, "REPRISE_ARTIFACTS_CACHE_SIZE") if env else \
@@ -189,24 +242,97 @@ class S3ArtifactStore(BaseArtifactStore):
                 self.fs.pipe_file(self._key(h, "touch"), b"")
         return True
 
-    def _upload(self, path: Path, h: str, size: int) -> None:
+    @contextlib.contextmanager
+    def _bucket_must_exist(self) -> Iterator[None]:
+        """A write's not-found can only mean the bucket."""
         try:
-            with self._errors("write"):
-                # straight to the content key: visible only once complete (module docstring)
-                self.fs.put_file(str(path), self._key(h), chunksize=_PART,
-                                 max_concurrency=_PARTS_IN_FLIGHT)
+            yield
         except FileNotFoundError:
             raise ConfigError(
                 f"S3 bucket {self.bucket!r} does not exist at {_endpoint()}: create it, or "
                 "fix [artifacts] url / REPRISE_ARTIFACTS_URL or AWS_ENDPOINT_URL_S3.") from None
 
+    def _upload(self, path: Path, h: str, size: int) -> None:
+        from fsspec.asyn import sync
+
+        with self._bucket_must_exist(), self._errors("write"):
+            # straight to the content key: visible only once complete (module docstring)
+            sync(self.fs.loop, self._put_streamed, path, self._key(h), size)
+
+    async def _put_streamed(self, path: Path, target: str, size: int) -> None:
+        bucket, key = self._split(target)
+        if size <= _SINGLE_PUT_MAX:
+            with _FileRegion(path, 0, size) as body:
+                await self.fs._call_s3("put_object", Bucket=bucket, Key=key, Body=body)
+            return
+        import asyncio
+
+        part = max(_PART, -(-size // _MAX_PARTS))
+        upload = await self.fs._call_s3("create_multipart_upload", Bucket=bucket, Key=key)
+        upload_id = upload["UploadId"]
+        gate = asyncio.Semaphore(_PARTS_IN_FLIGHT)
+
+        async def send(number: int, offset: int) -> dict[str, Any]:
+            async with gate:
+                with _FileRegion(path, offset, min(part, size - offset)) as body:
+                    done = await self.fs._call_s3(
+                        "upload_part", Bucket=bucket, Key=key, UploadId=upload_id,
+                        PartNumber=number, Body=body)
+            return {"PartNumber": number, "ETag": done["ETag"]}
+
+        try:
+            parts = await asyncio.gather(
+                *(send(i + 1, offset) for i, offset in enumerate(range(0, size, part))))
+            await self.fs._call_s3("complete_multipart_upload", Bucket=bucket, Key=key,
+                                   UploadId=upload_id, MultipartUpload={"Parts": parts})
+        except BaseException:
+            with contextlib.suppress(Exception):  # else sweep_temp aborts it later
+                await self.fs._call_s3("abort_multipart_upload", Bucket=bucket, Key=key,
+                                       UploadId=upload_id)
+            raise
+
+    def _put_data(self, data: bytes, h: str) -> None:
+        """Small content from memory in one request: a conditional PUT (``If-None-Match:
+        *``) stores it unless the key exists, instead of a HEAD then a PUT; on a server
+        that refuses conditional writes, a HEAD then a PUT."""
+        bucket, key = self._split(self._key(h))
+        with self._bucket_must_exist():
+            if self._conditional:
+                try:
+                    with self._errors("write"):
+                        self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data,
+                                        IfNoneMatch="*")
+                    return
+                except FileExistsError:  # 412: there already (checked, and aged, below)
+                    pass
+                except OSError as exc:
+                    if "NotImplemented" not in str(exc):
+                        raise
+                    self._conditional = False
+            if self._present(h, len(data)):
+                return
+            with self._errors("write"):
+                self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data)
+
+    def _put_local(self, path: Path, size: int, h: str | None = None) -> str:
+        """Store a local file (hashed here unless ``h`` is given); return its hash."""
+        if size <= _SMALL_PUT:
+            with open(path, "rb") as f:
+                data = f.read(size + 1)
+            if len(data) != size:
+                raise StoreError(f"{path} changed while it was being stored; store it again.")
+            h = hash_bytes(data) if h is None else h
+            self._put_data(data, h)
+            return h
+        h = hash_file(path) if h is None else h
+        if not self._present(h, size):
+            self._upload(path, h, size)
+        return h
+
     def put_file(self, path: str | os.PathLike[str]) -> tuple[str, int]:
         src = Path(path)
         before = src.stat()
-        h = hash_file(src)
-        if self._present(h, before.st_size):
-            return h, before.st_size
-        self._upload(src, h, before.st_size)
+        h = self._put_local(src, before.st_size)
         after = src.stat()
         if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
             # nothing references h yet; take back what may not be its bytes
@@ -215,7 +341,19 @@ class S3ArtifactStore(BaseArtifactStore):
         return h, before.st_size
 
     def put_bytes(self, data: bytes) -> tuple[str, int]:
-        return self.put_stream([bytes(data)])
+        if len(data) > _SMALL_PUT:
+            return self.put_stream([bytes(data)])
+        h, data = hash_bytes(data), bytes(data)
+        self._put_data(data, h)
+        if self.cache is not None and len(data) <= self.cache.limit:
+            tmp = self.cache.temp_path()
+            try:
+                tmp.write_bytes(data)
+                self.cache.adopt(h, tmp, len(data))
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()
+        return h, len(data)
 
     def put_stream(self, chunks: Iterable[bytes]) -> tuple[str, int]:
         """Spool to a local temp file while hashing (the key is the hash), upload it, then
@@ -235,11 +373,9 @@ class S3ArtifactStore(BaseArtifactStore):
                     f.write(chunk)
                     hasher.update(chunk)
                     size += len(chunk)
-            h = str(hasher.hexdigest())
-            if not self._present(h, size):
-                self._upload(tmp, h, size)
+            h = self._put_local(tmp, size, str(hasher.hexdigest()))
             if self.cache is not None and size <= self.cache.limit:
-                self.cache.adopt(h, tmp)
+                self.cache.adopt(h, tmp, size)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()
@@ -260,28 +396,87 @@ class S3ArtifactStore(BaseArtifactStore):
             times.append(cast(datetime, touch["LastModified"]).timestamp())
         return max(times)
 
-    def _download(self, h: str, dest: Path) -> None:
-        with self._errors("read"):
-            # sequential, 64 KiB reads: s3fs's concurrent download holds whole parts
-            self.fs.get_file(self._key(h), str(dest), max_concurrency=1)
+    def _download(self, h: str, dest: Path, limit: int) -> tuple[int, str] | None:
+        """GET the blob into ``dest``, hashing while writing; None (nothing written) when
+        it is larger than ``limit``. One request: the size comes with the body."""
+        from fsspec.asyn import sync
+
+        try:
+            with self._errors("read"):
+                return cast("tuple[int, str] | None",
+                            sync(self.fs.loop, self._get_hashed, self._key(h), dest, limit))
+        except FileNotFoundError:
+            raise self._missing(h) from None
+
+    async def _get_hashed(self, target: str, dest: Path, limit: int) -> tuple[int, str] | None:
+        from s3fs.core import S3_RETRYABLE_ERRORS
+
+        bucket, key = self._split(target)
+        for attempt in range(3):
+            # botocore retries the request; a body cut off half-way is fetched again here
+            resp = await self.fs._call_s3("get_object", Bucket=bucket, Key=key)
+            body, size = resp["Body"], int(resp["ContentLength"])
+            try:
+                if size > limit:
+                    return None
+                hasher, got = new_hasher(), 0
+                with open(dest, "wb") as f:
+                    while chunk := await body.read(_CHUNK):
+                        f.write(chunk)
+                        hasher.update(chunk)
+                        got += len(chunk)
+                if got == size:
+                    return size, str(hasher.hexdigest())
+                if attempt == 2:
+                    raise StoreError(f"S3 sent {got} of the {size} bytes of {target}.")
+            except S3_RETRYABLE_ERRORS:
+                if attempt == 2:
+                    raise
+            finally:
+                body.close()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _cached(self, h: str) -> tuple[Path, bool] | None:
+        """The blob's verified cached copy and whether it was filled just now; None when
+        there is no cache or the blob is over its limit."""
+        if self.cache is None:
+            return None
+        cache = self.cache
+        path = cache.lookup(_check_hash(h))
+        if path is not None:
+            return path, False
+        filled = cache.fill(h, lambda dest: self._download(h, dest, cache.limit))
+        return None if filled is None else (filled, True)
 
     def open(self, h: str) -> BinaryIO:
         """Through the cache when the blob fits (filled and verified on a miss), else a
         stream from the bucket."""
-        if self.cache is not None:
-            for _ in range(3):  # a concurrent eviction between lookup and open: fill again
-                path = self.cache.lookup(_check_hash(h))
-                if path is None:
-                    size = self.size(h)
-                    if size > self.cache.limit:
-                        break
-                    try:
-                        path = self.cache.fill(h, size, lambda dest: self._download(h, dest))
-                    except FileNotFoundError:
-                        raise self._missing(h) from None
-                with contextlib.suppress(FileNotFoundError):
-                    return open(path, "rb")
+        for _ in range(3):  # a concurrent eviction between lookup and open: fill again
+            found = self._cached(h)
+            if found is None:
+                break
+            with contextlib.suppress(FileNotFoundError):
+                return open(found[0], "rb")
         return self._stream(h)
+
+    def copy_to(self, h: str, dest: str | os.PathLike[str], *, verify: bool = False) -> Path:
+        """From the cache (a local copy) when the blob fits; a copy filled just now was
+        verified on fill, an older one is hashed again when ``verify``."""
+        found = self._cached(h)
+        if found is None:
+            return super().copy_to(h, dest, verify=verify)
+        path, fresh = found
+        if verify and not fresh and hash_file(path) != h:
+            self.cache.discard(h)  # type: ignore[union-attr]
+            return self.copy_to(h, dest, verify=verify)  # filled again, verified
+        with open(path, "rb") as src, atomic_write(dest) as out:
+            size, offset = os.fstat(src.fileno()).st_size, 0
+            while offset < size:  # in the kernel (the bytes are in the page cache)
+                sent = os.sendfile(out.fileno(), src.fileno(), offset, size - offset)
+                if sent == 0:
+                    raise StoreError(f"the cached copy {path} shrank while being copied")
+                offset += sent
+        return Path(dest)
 
     def _stream(self, h: str) -> BinaryIO:
         try:
