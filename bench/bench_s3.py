@@ -7,8 +7,11 @@ would otherwise skip the second put of the same bytes) and a cold blob cache.
 * put: Reprise ``store.put_file`` (hash, HEAD, upload to the content key in 8 MiB
   parts, one in flight) vs ``s3fs.put_file`` with its defaults (50 MiB parts, up to
   10 in flight: a 64 MiB file goes up as one PUT held whole in memory).
-* get: Reprise ``store.copy_to(h, dest, verify=True)`` (download into the cache,
-  hash check, copy to ``dest``) vs ``s3fs.get_file`` (no check).
+* get (to a file): Reprise ``store.copy_to(h, dest, verify=True)`` (download into the
+  cache hashing on the way, then an atomic, fsynced copy to ``dest``) vs
+  ``s3fs.get_file`` (writes ``dest`` in place: no check, no fsync, not atomic).
+* read (into memory): Reprise ``store.get_bytes(h, verify=True)`` (through the cache,
+  cold) vs ``s3fs.cat_file``.
 
 Figures are MB/s (10^6 bytes) medians; the ratio is Reprise over s3fs (goal >= 0.8x).
 moto keeps objects in memory in one Python process, so absolute figures are the
@@ -60,7 +63,8 @@ def measure(server: S3Server, files: list[Path], work: Path, repeats: int
 
     total = sum(p.stat().st_size for p in files)
     samples: dict[str, list[float]] = {k: [] for k in
-                                       ("reprise_put", "s3fs_put", "reprise_get", "s3fs_get")}
+                                       ("reprise_put", "s3fs_put", "reprise_get", "s3fs_get",
+                                        "reprise_read", "s3fs_read")}
     for r in range(repeats):
         raw = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False)
         ours_bucket, raw_bucket = server.new_bucket(), server.new_bucket()
@@ -92,6 +96,15 @@ def measure(server: S3Server, files: list[Path], work: Path, repeats: int
         for p in files:
             assert (out / f"r-{p.name}").stat().st_size == p.stat().st_size
         shutil.rmtree(out)
+        shutil.rmtree(cache, ignore_errors=True)  # cold again
+        for who in order:  # into memory: get_bytes(verify=True) vs cat_file
+            t0 = time.perf_counter()
+            if who == "reprise":
+                got = sum(len(store.get_bytes(h, verify=True)) for h in hashes)
+            else:
+                got = sum(len(raw.cat_file(f"{raw_bucket}/{p.name}")) for p in files)
+            assert got == total
+            samples[f"{who}_read"].append(_rate(total, time.perf_counter() - t0))
         shutil.rmtree(cache, ignore_errors=True)
     return samples
 
@@ -123,7 +136,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             all_samples[name] = samples
             for k, v in samples.items():
                 figures[f"{name}_{k}_mb_s"] = statistics.median(v)
-            for op in ("put", "get"):
+            for op in ("put", "get", "read"):
                 ratios[f"{name}_{op}_reprise_over_s3fs"] = (
                     figures[f"{name}_reprise_{op}_mb_s"] / figures[f"{name}_s3fs_{op}_mb_s"])
             figures[f"{name}_files"] = float(count)

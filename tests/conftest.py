@@ -82,6 +82,8 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[Any]:
     """moto's S3 in a child process on 127.0.0.1 (see tests/_s3.py), for the session."""
+    pytest.importorskip("s3fs", reason="the s3 extra is not installed")
+    pytest.importorskip("moto.server", reason="moto[server] (dev extra) is not installed")
     from tests._s3 import S3Server
 
     server = S3Server().start()

@@ -294,3 +294,29 @@ def test_a_reused_old_blob_is_touched_so_gc_sees_it_young(
     assert store.mtime(h) >= time.time() - 60
     store.delete(h)
     assert _keys(s3_bucket) == []
+
+
+def test_an_unreachable_endpoint_is_a_clear_error(s3_bucket: object,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from reprise.core.errors import StoreError
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:9")  # discard: nothing there
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    with pytest.raises(StoreError, match=r"Cannot reach the S3 endpoint http://127.0.0.1:9"):
+        _store(s3_bucket, cache_size=0).exists("0" * 64)
+
+
+def test_threads_filling_the_cache_at_once_all_read_the_right_bytes(
+        s3_bucket: object) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    writer = _store(s3_bucket, cache_size=0)
+    data = os.urandom(3 << 20)
+    h, _ = writer.put_bytes(data)
+    reader = _store(s3_bucket)
+    with ThreadPoolExecutor(6) as pool:
+        got = list(pool.map(lambda _: reader.get_bytes(h, verify=True), range(6)))
+    assert all(g == data for g in got)
+    cache = reader.cache
+    assert cache is not None and [p for _, _, p in cache.entries()] == [cache.path(h)]
+    assert not list((cache.root / "tmp").iterdir())
