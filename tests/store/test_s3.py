@@ -263,6 +263,8 @@ def test_access_denied_fails_at_once_naming_the_bucket_and_never_the_secret(
         with pytest.raises(ConfigError) as info:
             store.put_bytes(b"denied")
         assert time.monotonic() - t0 < 5 and len(proxy.seen) <= 2  # no retries of a 403
+        with pytest.raises(ConfigError, match="refused to read"):  # a HEAD's bare 403 too
+            store.exists("0" * 64)
     msg = str(info.value)
     assert s3_bucket.bucket in msg and "credentials" in msg and proxy.endpoint in msg  # type: ignore[attr-defined]
     assert secret not in msg and secret not in caplog.text
@@ -320,3 +322,15 @@ def test_threads_filling_the_cache_at_once_all_read_the_right_bytes(
     cache = reader.cache
     assert cache is not None and [p for _, _, p in cache.entries()] == [cache.path(h)]
     assert not list((cache.root / "tmp").iterdir())
+
+
+def test_a_server_without_conditional_writes_gets_a_head_then_a_put(
+        s3_bucket: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    rule = fail_first(1, 501, "NotImplemented", when=lambda m, p: m == "PUT")
+    with FaultProxy(s3_bucket.server.endpoint, rule=rule) as proxy:  # type: ignore[attr-defined]
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+        store = _store(s3_bucket, cache_size=0)
+        h, _ = store.put_bytes(b"no If-None-Match here")
+        assert not store._conditional
+        assert [(m, s) for m, _, s in proxy.seen] == [("PUT", 501), ("HEAD", 404), ("PUT", 200)]
+        assert store.get_bytes(h, verify=True) == b"no If-None-Match here"

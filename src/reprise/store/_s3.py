@@ -305,8 +305,11 @@ class S3ArtifactStore(BaseArtifactStore):
                     return
                 except FileExistsError:  # 412: there already (checked, and aged, below)
                     pass
-                except OSError as exc:
-                    if "NotImplemented" not in str(exc):
+                except Exception as exc:
+                    # a server without conditional writes (501 NotImplemented), or a
+                    # botocore older than 1.35 that does not know the parameter
+                    if "NotImplemented" not in str(exc) and \
+                            type(exc).__name__ != "ParamValidationError":
                         raise
                     self._conditional = False
             if self._present(h, len(data)):
