@@ -334,3 +334,24 @@ def test_a_server_without_conditional_writes_gets_a_head_then_a_put(
         assert not store._conditional
         assert [(m, s) for m, _, s in proxy.seen] == [("PUT", 501), ("HEAD", 404), ("PUT", 200)]
         assert store.get_bytes(h, verify=True) == b"no If-None-Match here"
+
+
+def test_a_forked_child_uses_the_store_its_parent_opened(s3_bucket: object) -> None:
+    import multiprocessing
+
+    store = _store(s3_bucket, cache_size=0)
+    h, _ = store.put_bytes(b"from the parent")  # the parent's client and loop exist now
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        got = pool.apply_async(store.get_bytes, (h,)).get(timeout=60)
+    assert got == b"from the parent"
+
+
+def test_bad_urls_and_settings_are_config_errors(s3_bucket: object,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="s3://bucket/prefix") as info:
+        open_artifact_store("s3://bucket/p?X-Amz-Security-Token=tok3n")
+    assert "tok3n" not in str(info.value)
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "many")
+    with pytest.raises(ConfigError, match="AWS_MAX_ATTEMPTS"):
+        _store(s3_bucket).exists("0" * 64)

@@ -142,13 +142,16 @@ class S3ArtifactStore(BaseArtifactStore):
                 "standard AWS chain instead (AWS_PROFILE, AWS_ACCESS_KEY_ID/"
                 "AWS_SECRET_ACCESS_KEY, ~/.aws/credentials or an instance role).")
         if not parts.netloc or parts.query or parts.fragment:
-            raise ConfigError(
-                f"S3 artifact store URL {url!r} is not of the form s3://bucket/prefix.")
+            raise ConfigError(  # not echoed: a query string may hold a token
+                "The S3 artifact store URL is not of the form s3://bucket/prefix (a bucket, "
+                "an optional prefix, no ?query or #fragment); fix [artifacts] url or "
+                "REPRISE_ARTIFACTS_URL.")
         self.bucket = parts.netloc
         self.prefix = parts.path.strip("/")
         self.url = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
         self.root = f"{self.bucket}/{self.prefix}".rstrip("/")
         self._fs: Any = None
+        self._fs_pid = 0
         self._conditional = True  # the server honours If-None-Match on PUT (S3 since 2024)
         if cache_size is None:
             env = os.environ.get("REPRISE_ARTIFACTS_CACHE_SIZE")
@@ -161,21 +164,25 @@ class S3ArtifactStore(BaseArtifactStore):
     # -- the connection ------------------------------------------------------------------
     @property
     def fs(self) -> Any:
-        if self._fs is None:
+        # a forked child makes its own: the parent's event-loop thread is not in the child
+        if self._fs is None or self._fs_pid != os.getpid():
             import s3fs  # lazily: slow to import, and only S3 stores need it
 
+            attempts = os.environ.get("AWS_MAX_ATTEMPTS") or str(_DEFAULT_ATTEMPTS)
+            if not attempts.isdigit() or int(attempts) < 1:
+                raise ConfigError(f"AWS_MAX_ATTEMPTS must be a whole number >= 1, got "
+                                  f"{attempts!r}.")
             # total attempts, first included, as AWS_MAX_ATTEMPTS means (botocore's
             # "max_attempts" key in this dict would count retries only)
             retries = {"mode": os.environ.get("AWS_RETRY_MODE") or "standard",
-                       "total_max_attempts": int(os.environ.get("AWS_MAX_ATTEMPTS")
-                                                 or _DEFAULT_ATTEMPTS)}
+                       "total_max_attempts": int(attempts)}
             fs = s3fs.S3FileSystem(
                 use_listings_cache=False,  # other processes write and delete meanwhile
                 skip_instance_cache=True,  # its own client, for the endpoint in force now
                 config_kwargs={"retries": retries},
             )
             fs.retries = 1  # botocore retries (config above); s3fs's loop would multiply them
-            self._fs = fs
+            self._fs, self._fs_pid = fs, os.getpid()
         return self._fs
 
     @contextlib.contextmanager
