@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +21,8 @@ def _pg_required() -> bool:
 @pytest.fixture(autouse=True)
 def _isolate_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never see the developer's workspace or store settings."""
-    for var in ("REPRISE_WORKSPACE", "REPRISE_STORE_URL", "REPRISE_ARTIFACTS_URL"):
+    for var in ("REPRISE_WORKSPACE", "REPRISE_STORE_URL", "REPRISE_ARTIFACTS_URL",
+                "REPRISE_ARTIFACTS_CACHE_DIR", "REPRISE_ARTIFACTS_CACHE_SIZE"):
         monkeypatch.delenv(var, raising=False)
 
 
@@ -83,3 +86,40 @@ def ray_cluster() -> Iterator[object]:
 
     with start() as cluster:
         yield cluster
+
+# -- a local S3 server (moto) ------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[Any]:
+    """moto's S3 in a child process on 127.0.0.1 (see tests/_s3.py), for the session."""
+    pytest.importorskip("s3fs", reason="the s3 extra is not installed")
+    pytest.importorskip("moto.server", reason="moto[server] (dev extra) is not installed")
+    from tests._s3 import S3Server
+
+    server = S3Server().start()
+    yield server
+    server.stop()
+
+@dataclass
+class S3Bucket:
+    """A fresh bucket on the test server; this process's AWS chain points at it."""
+
+    server: Any
+    bucket: str
+    url: str
+    """``s3://<bucket>/ws``: an artifact store URL."""
+    env: dict[str, str]
+    """Everything a subprocess needs to reach it (fake credentials, endpoint, cache)."""
+    cache_dir: Path
+
+@pytest.fixture
+def s3_bucket(s3_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> S3Bucket:
+    from tests._s3 import isolate_aws_env
+
+    bucket = s3_server.new_bucket()
+    cache = tmp_path / "blobcache"
+    env = {**s3_server.env(), "REPRISE_ARTIFACTS_CACHE_DIR": str(cache)}
+    monkeypatch.delenv("REPRISE_ARTIFACTS_CACHE_SIZE", raising=False)
+    isolate_aws_env(monkeypatch.setenv, lambda k: monkeypatch.delenv(k, raising=False), env)
+    return S3Bucket(server=s3_server, bucket=bucket, url=f"s3://{bucket}/ws", env=env,
+                    cache_dir=cache)

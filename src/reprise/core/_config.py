@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from reprise.core._atomic import atomic_write_bytes
+from reprise.core._units import parse_size
 from reprise.core.errors import ConfigError, WorkspaceExistsError, WorkspaceNotFoundError
 
 __all__ = [
@@ -44,7 +45,13 @@ url = ""
 [artifacts]
 # Content-addressed artifact store. Empty means the local folder .reprise/artifacts.
 # Any fsspec URL works, e.g. "s3://bucket/prefix" (needs the matching fsspec backend).
+# On S3, credentials and the endpoint come from the standard AWS chain (AWS_PROFILE,
+# ~/.aws/, AWS_ENDPOINT_URL_S3 for an S3-compatible server), never from this file.
 url = ""
+# Local read-through cache of blobs read from a remote store ("" = ~/.cache/reprise/blobs),
+# and its size limit ("5GB", "512MiB" or bytes; 0 turns it off).
+# cache_dir = ""
+# cache_size = "5GB"
 
 [tracking]
 # Seconds between system-metric samples (CPU %, memory, GPU); 0 turns sampling off.
@@ -76,7 +83,17 @@ class Config:
     """Record what steps read beyond their inputs and check it before reuse."""
     ignore_reads: tuple[str, ...] = ()
     ignore_env: tuple[str, ...] = ()
+    artifacts_cache_dir: str = ""
+    """Read-through cache of remote blobs ("" = the store's default)."""
+    artifacts_cache_size: int | None = None
+    """Its limit in bytes (None = the store's default, 0 = no cache)."""
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def artifacts_options(self) -> dict[str, Any]:
+        """Keyword arguments for ``open_artifact_store`` besides the URL."""
+        return {"cache_dir": self.artifacts_cache_dir or None,
+                "cache_size": self.artifacts_cache_size}
 
     @property
     def workspace_dir(self) -> Path:
@@ -160,6 +177,8 @@ def load_config(root: str | os.PathLike[str] | None = None) -> Config:
         watch_reads=_watch_reads(pipeline, path),
         ignore_reads=_strings(pipeline, "ignore_reads", path),
         ignore_env=_strings(pipeline, "ignore_env", path),
+        artifacts_cache_dir=_cache_dir(arts, base, path),
+        artifacts_cache_size=_cache_size(arts, path),
         raw=raw,
     )
 
@@ -201,3 +220,23 @@ def _strings(section: dict[str, Any], key: str, path: Path) -> tuple[str, ...]:
         raise ConfigError(f"{path}: [pipeline] {key} must be a list of non-empty strings, "
                           f"got {value!r}.")
     return tuple(value)
+
+
+def _cache_dir(section: dict[str, Any], base: Path, path: Path) -> str:
+    value = os.environ.get("REPRISE_ARTIFACTS_CACHE_DIR") or section.get("cache_dir") or ""
+    if not isinstance(value, str):
+        raise ConfigError(f"{path}: [artifacts] cache_dir must be a folder path, "
+                          f"got {value!r}.")
+    if not value:
+        return ""
+    folder = Path(value).expanduser()
+    return str(folder if folder.is_absolute() else base / folder)
+
+
+def _cache_size(section: dict[str, Any], path: Path) -> int | None:
+    env = os.environ.get("REPRISE_ARTIFACTS_CACHE_SIZE")
+    if env:
+        return parse_size(env, "REPRISE_ARTIFACTS_CACHE_SIZE")
+    if "cache_size" not in section:
+        return None
+    return parse_size(section["cache_size"], f"{path}: [artifacts] cache_size")

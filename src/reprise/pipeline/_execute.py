@@ -42,6 +42,7 @@ class Task:
     run_id: str | None = None  # the pipeline run (not part of the cache key)
     scope: dict[str, Any] | None = None  # the environment part of the cache key (._scope)
     watch: Any = None  # a ._reads.WatchSpec: record the files and variables the step reads
+    artifacts_options: dict[str, Any] = field(default_factory=dict)  # cache_dir/size
 
 
 @dataclass
@@ -236,7 +237,8 @@ def execute_task(task: Task, store: Any = None) -> TaskResult:
     result.started_at = time.time()
     t0 = time.perf_counter()
     try:
-        store = store if store is not None else open_artifact_store(task.artifacts_url)
+        if store is None:
+            store = open_artifact_store(task.artifacts_url, **task.artifacts_options)
         ctx.store = store
         func = _resolve_function(task)
         kwargs: dict[str, Any] = {}

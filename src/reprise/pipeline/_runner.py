@@ -346,7 +346,8 @@ def _prepare(ctx: _RunContext, node: Node) -> tuple[str, Task, dict[str, Any]]:
     task = Task(node=node.name, module=step_.module, qualname=step_.qualname,
                 module_file=module_file(step_.module), inputs=task_inputs, seed=seed,
                 artifacts_url=str(ctx.ws.config.artifacts_url), sys_path=ctx.sys_path,
-                run_id=ctx.run.id, scope=parts["env"], watch=ctx.watch)
+                run_id=ctx.run.id, scope=parts["env"], watch=ctx.watch,
+                artifacts_options=ctx.ws.config.artifacts_options)
     return key, task, parts
 
 

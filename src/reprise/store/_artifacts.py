@@ -732,8 +732,11 @@ class FsspecArtifactStore(BaseArtifactStore):
         return removed
 
 
-def open_artifact_store(url: str | os.PathLike[str]) -> BaseArtifactStore:
-    """Open the artifact store at ``url``: a plain path or ``file://`` is local, else fsspec.
+def open_artifact_store(url: str | os.PathLike[str], *,
+                        cache_dir: str | os.PathLike[str] | None = None,
+                        cache_size: int | None = None) -> BaseArtifactStore:
+    """Open the artifact store at ``url``: a plain path or ``file://`` is local, ``s3://``
+    the S3 store (with its local read-through cache, see ``_s3``), else fsspec.
 
     Raises ``ConfigError`` for a scheme fsspec does not know or whose package
     is not installed, naming the URL and what to install.
@@ -749,6 +752,16 @@ def open_artifact_store(url: str | os.PathLike[str]) -> BaseArtifactStore:
     parts = urlsplit(text)
     if parts.scheme == "file":
         return LocalArtifactStore(unquote(parts.netloc + parts.path))
+    if parts.scheme in ("s3", "s3a"):
+        import importlib.util
+
+        if importlib.util.find_spec("s3fs") is None:  # imported only on first use
+            raise ConfigError(
+                "The s3:// artifact store needs s3fs: pip install 'reprise-ml[s3]' (or "
+                "s3fs), or choose another [artifacts] url / REPRISE_ARTIFACTS_URL.")
+        from reprise.store._s3 import S3ArtifactStore
+
+        return S3ArtifactStore(text, cache_dir=cache_dir, cache_size=cache_size)
     import fsspec
 
     try:

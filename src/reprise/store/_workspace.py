@@ -98,7 +98,8 @@ class Workspace:
         if self._artifacts is None:
             from reprise.store._artifacts import open_artifact_store
 
-            self._artifacts = open_artifact_store(self.config.artifacts_url)
+            self._artifacts = open_artifact_store(self.config.artifacts_url,
+                                                  **self.config.artifacts_options)
         return self._artifacts
 
     @property
@@ -282,6 +283,10 @@ class Workspace:
             # again: a writer that pinned a doomed blob since the first pass is either
             # alive (pinned) or wrote its reference before it died
             keep = self._referenced()
+            # and each blob's age again, just before deleting it: on a store that cannot
+            # track live processes (S3) a put or reuse since the first pass made it young
+            now = time.time()
+            keep |= {h for h in doomed if h in on_disk and _age(arts, h, now) < grace_seconds}
             report.kept_recent += sum(h in keep for h in doomed)
             doomed = [h for h in doomed if h not in keep]
             store.delete_artifacts(doomed)
