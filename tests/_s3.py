@@ -155,9 +155,9 @@ class FaultProxy:
                 fault = proxy.rule(self.command, self.path, number) if proxy.rule else None
                 if fault is not None:
                     status, code = fault
-                    payload = (f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}"
-                               f"</Code><Message>injected {code}</Message></Error>").encode()
-                    self._answer(status, {"Content-Type": "application/xml"}, payload)
+                    data = (f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}"
+                            f"</Code><Message>injected {code}</Message></Error>").encode()
+                    out = {"Content-Type": "application/xml"}
                 else:
                     conn = http.client.HTTPConnection(proxy.upstream, timeout=60)
                     headers = {k: v for k, v in self.headers.items()
@@ -171,9 +171,9 @@ class FaultProxy:
                            if k.lower() not in ("transfer-encoding", "connection")
                            and (k.lower() != "content-length" or self.command == "HEAD")}
                     conn.close()
-                    self._answer(status, out, data)
-                with proxy._lock:
+                with proxy._lock:  # before the answer: a client that has it may look
                     proxy.seen[number] = (self.command, self.path, status)
+                self._answer(status, out, data)
 
             def _answer(self, status: int, headers: dict[str, str], data: bytes) -> None:
                 self.send_response(status)
