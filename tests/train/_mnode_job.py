@@ -5,8 +5,11 @@ or 2 nodes × 1, tracked in one run of the workspace named by ``REPRISE_WORKSPAC
 
 ``SHARED`` is the folder every node reaches (checkpoints, the final weights);
 the process's own working folder (its node's) gets ``rank-<RANK>.json`` with
-what this process saw. ``STEP_DELAY`` seconds of sleep after each step slow the
-run down for a test that kills it from outside (the numbers do not change).
+what this process saw. Global rank 0 checkpoints to ``SHARED/ckpt``; the other
+ranks are given a folder of their own node's that never holds a checkpoint, so a
+resume that works proves they never read one (rank 0 sends them its state).
+``STEP_DELAY`` seconds of sleep after each step slow the run down for a test that
+kills it from outside (the numbers do not change).
 """
 
 from __future__ import annotations
@@ -44,12 +47,14 @@ def main() -> None:
     x = rng.normal(size=(192, 5)).astype(np.float32)
     data = pa.table({**{f"x{i}": x[:, i] for i in range(5)},
                      "y": (x[:, 0] - x[:, 2] > 0).astype(np.int64)})
+    rank = int(os.environ.get("RANK", "0"))
+    checkpoints = shared / "ckpt" if rank == 0 else Path.cwd() / f"unused-ckpt-{rank}"
     torch.manual_seed(3)
     model = torch.nn.Sequential(torch.nn.Linear(5, 16), torch.nn.Tanh(), torch.nn.Dropout(0.1),
                                 torch.nn.Linear(16, 2))
     trainer = Trainer(model, lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9),
                       loss=torch.nn.functional.cross_entropy, max_epochs=3, device="cpu",
-                      deterministic=True, seed=5, checkpoint_dir=shared / "ckpt",
+                      deterministic=True, seed=5, checkpoint_dir=checkpoints,
                       checkpoint_every=3, keep_last=10, resume="auto", log_every=2,
                       callbacks=[Slow(delay)] if delay else [])
     with rank_zero_run("mnode", params={"nodes": os.environ.get("GROUP_WORLD_SIZE")}):
