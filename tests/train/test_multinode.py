@@ -57,7 +57,7 @@ class Nodes:
         self.workspace = reprise.init(root / "ws").root
 
     def start(self, shared: Path, *, delay: float = 0.0, ranks: tuple[int, int] = (0, 1),
-              port: int | None = None) -> list[subprocess.Popen[bytes]]:
+              nproc: int = 1, port: int | None = None) -> list[subprocess.Popen[bytes]]:
         """Start the two launchers (node folders ``node0``/``node1``; ``ranks`` their
         ``--node-rank``), each in a session of its own."""
         port = port or free_port()
@@ -68,7 +68,7 @@ class Nodes:
             folder.mkdir(exist_ok=True)
             log = (folder / "launcher.log").open("ab")
             cmd = [sys.executable, "-m", "reprise.cli", "train", "--nnodes", "2",
-                   "--nproc-per-node", "1", "--node-rank", str(rank),
+                   "--nproc-per-node", str(nproc), "--node-rank", str(rank),
                    "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "mnode-test",
                    str(JOB), str(shared)] + ([str(delay)] if delay else [])
             proc = subprocess.Popen(cmd, cwd=folder, env=env, stdout=log, stderr=log,
@@ -127,15 +127,16 @@ def assert_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> 
         assert torch.equal(a[k], b[k]), k
 
 
-def one_node_two_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The reference: the same job on one node with 2 processes (world size 2), run in
-    a folder of its own."""
+def one_node_two_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                           nproc: int = 2) -> Path:
+    """The reference: the same job on one node with ``nproc`` processes, run in a
+    folder of its own."""
     out = tmp_path / "single"
     out.mkdir()
     monkeypatch.chdir(out)
     ws = reprise.init(tmp_path / "ws-single").root
     env = {**ENV, "REPRISE_WORKSPACE": str(ws)}
-    assert launch(JOB, [str(out)], nproc=2, env=env, timeout=TIMEOUT) == 0
+    assert launch(JOB, [str(out)], nproc=nproc, env=env, timeout=TIMEOUT) == 0
     return out
 
 
@@ -168,6 +169,30 @@ def test_two_nodes_equal_one_node_with_the_same_world_size(
         list(range(2, 19, 2))
     assert (nodes.log(0) + nodes.log(1)).count("reprise.train: trained:") == 1
     assert survivors(shared) == []
+
+
+@pytest.mark.reliability
+def test_two_nodes_of_two_processes_have_one_writer_and_equal_one_node_of_four(
+        tmp_path: Path, nodes: Nodes, monkeypatch: pytest.MonkeyPatch) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    launchers = nodes.start(shared, nproc=2)
+    reference = one_node_two_processes(tmp_path, monkeypatch, nproc=4)
+    assert nodes.wait(launchers) == [0, 0], nodes.log(0) + nodes.log(1)
+    assert_identical(final(reference), final(shared))
+    seen = ranks_by_node(tmp_path)
+    assert sorted(s["rank"] for s in seen.values()) == ["0", "1", "2", "3"]
+    by_node: dict[str, set[tuple[str, str]]] = {}  # node folder: {(node's rank, local rank)}
+    for name, s in seen.items():
+        by_node.setdefault(name.split("/")[0], set()).add((s["group_rank"], s["local_rank"]))
+    assert sorted(map(sorted, by_node.values())) == [[("0", "0"), ("0", "1")],
+                                                     [("1", "0"), ("1", "1")]]
+    # a global batch of 64: 3 steps an epoch, 9 in all, a checkpoint every 3
+    assert sorted(p.name for p in (shared / "ckpt").iterdir()) == STEPS[:3]
+    assert not list(tmp_path.glob("node*/**/*ckpt*"))
+    ws = reprise.open_workspace(nodes.workspace)
+    assert len(ws.metadata.list_runs()) == 1
+    assert (nodes.log(0) + nodes.log(1)).count("reprise.train: trained:") == 1
 
 
 @pytest.mark.reliability
