@@ -6,10 +6,11 @@ reach, the tracking run to a workspace given explicitly (``REPRISE_WORKSPACE``).
 Proved: 2 nodes × 1 process end with the weights of 1 node × 2 processes, bit for bit (the
 data shard and every random draw depend on the global rank only); one run is recorded and
 one set of checkpoints written (global rank 0 alone writes, and alone reads them on
-resume: the job gives the other ranks a checkpoint folder that stays empty); both nodes
-killed with SIGKILL mid-training, then the launchers alone (torchrun sees its parent gone
-and stops the ranks, which checkpoint), resume to the uninterrupted run's weights; bad
-options are refused with exit code 2.
+resume: the job gives the other ranks a checkpoint folder that stays empty); a run whose
+two nodes are killed with SIGKILL mid-training, then one node alone (the other ends), then
+the launchers alone (torchrun sees its parent gone and stops the ranks, which
+checkpoint), resumes to the uninterrupted run's weights; bad options are refused with
+exit code 2.
 """
 
 from __future__ import annotations
@@ -196,7 +197,7 @@ def test_two_nodes_of_two_processes_have_one_writer_and_equal_one_node_of_four(
 
 
 @pytest.mark.reliability
-def test_both_nodes_killed_then_a_launcher_killed_resume_to_the_uninterrupted_weights(
+def test_nodes_killed_in_three_ways_resume_to_the_uninterrupted_weights(
         tmp_path: Path, nodes: Nodes) -> None:
     whole, shared = tmp_path / "whole", tmp_path / "shared"
     whole.mkdir()
@@ -204,23 +205,32 @@ def test_both_nodes_killed_then_a_launcher_killed_resume_to_the_uninterrupted_we
     assert nodes.wait(nodes.start(whole)) == [0, 0], nodes.log(0) + nodes.log(1)
 
     # 1. both machines die (SIGKILL to every process of both nodes) after step 6
-    first = nodes.start(shared, delay=0.25)
+    first = nodes.start(shared, delay=DELAY)
     wait_for(shared / "ckpt" / STEPS[1], first)
     killed = nodes.kill_all(first)
     assert len(killed) >= 6  # per node: reprise train, torchrun, the rank
     assert survivors(shared) == []
     assert not (shared / "final.safetensors").exists()
-    written = sorted(p.name for p in (shared / "ckpt").iterdir() if p.name.startswith("ckpt-"))
-    assert STEPS[1] in written and STEPS[-1] not in written
+    assert STEPS[-1] not in written(shared)
 
-    # 2. resumed with the node ranks swapped; then the launchers alone are SIGKILLed:
+    # 2. resumed; then one machine dies, the one hosting the rendezvous (node rank 0):
+    # the other's rank fails in its next collective and its launcher ends, non-zero
+    second = nodes.start(shared, delay=DELAY)
+    wait_for(shared / "ckpt" / next_step(shared), second)
+    nodes.kill_all(second[:1])
+    t0 = time.monotonic()
+    assert second[1].wait(timeout=TIMEOUT) != 0
+    took = time.monotonic() - t0
+    assert survivors(shared) == [], f"left after the other node ended in {took:.1f} s"
+    assert STEPS[-1] not in written(shared)
+
+    # 3. resumed with the node ranks swapped; then the launchers alone are SIGKILLed:
     # torchrun sees its parent gone and SIGTERMs the ranks, which checkpoint and exit
-    second = nodes.start(shared, delay=0.25, ranks=(1, 0))
-    after = STEPS[STEPS.index(written[-1]) + 1]
-    wait_for(shared / "ckpt" / after, second)
-    tree = [q for p in second for q in [psutil.Process(p.pid),
-                                        *psutil.Process(p.pid).children(recursive=True)]]
-    for p in second:
+    third = nodes.start(shared, delay=DELAY, ranks=(1, 0))
+    wait_for(shared / "ckpt" / next_step(shared), third)
+    tree = [q for p in third for q in [psutil.Process(p.pid),
+                                       *psutil.Process(p.pid).children(recursive=True)]]
+    for p in third:
         os.kill(p.pid, signal.SIGKILL)
         p.wait(timeout=30)
     _, alive = psutil.wait_procs(tree, timeout=90)
@@ -230,11 +240,23 @@ def test_both_nodes_killed_then_a_launcher_killed_resume_to_the_uninterrupted_we
     assert "SIGTERM: stopped at optimizer step" in stopped, stopped
     assert not (shared / "final.safetensors").exists()
 
-    # 3. resumed to the end: the uninterrupted run's weights, bit for bit
+    # 4. resumed to the end: the uninterrupted run's weights, bit for bit
     assert nodes.wait(nodes.start(shared)) == [0, 0], nodes.log(0) + nodes.log(1)
     assert json.loads((shared / "result.json").read_text())["resumed_from"]
     assert_identical(final(whole), final(shared))
     assert survivors(shared) == [] and survivors(whole) == []
+
+
+DELAY = 0.4  # seconds a step in the runs killed from outside: 3 steps between checkpoints
+
+
+def written(shared: Path) -> list[str]:
+    return sorted(p.name for p in (shared / "ckpt").iterdir() if p.name.startswith("ckpt-"))
+
+
+def next_step(shared: Path) -> str:
+    """The checkpoint after the newest one written."""
+    return STEPS[STEPS.index(written(shared)[-1]) + 1]
 
 
 def wait_for(path: Path, procs: list[subprocess.Popen[bytes]]) -> None:
