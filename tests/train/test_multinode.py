@@ -309,4 +309,4 @@ def test_the_torchrun_command_of_a_node(tmp_path: Path) -> None:
     assert "--local-addr" not in far.torchrun_options()  # torchrun finds a remote node's
     assert rendezvous() is None
     with pytest.raises(UserError, match="--nnodes"):
-        launch(JOB, nnodes=True)  # type: ignore[arg-type]
+        launch(JOB, nnodes=True)
