@@ -47,3 +47,52 @@ def test_a_timeout_stops_every_process_even_those_that_ignore_sigterm(tmp_path: 
     pids = {p.name: int(p.read_text()) for p in tmp_path.glob("pid-*")}
     assert set(pids) == {"pid-root", "pid-child", "pid-orphan"}
     assert [pid for pid in pids.values() if not gone(pid)] == []
+
+
+SLEEPER = '''
+import os, signal, sys, time
+folder = sys.argv[1]
+def term(signum, frame):
+    with open(os.path.join(folder, "term-" + os.environ["RANK"]), "w") as f:
+        f.write(str(os.getpid()))
+    sys.exit(143)
+signal.signal(signal.SIGTERM, term)
+with open(os.path.join(folder, "pid-" + os.environ["RANK"]), "w") as f:
+    f.write(str(os.getpid()))
+time.sleep(600)
+'''
+
+
+def test_a_launcher_killed_outright_takes_its_ranks_with_it(tmp_path: Path) -> None:
+    """``reprise train`` SIGKILLed cannot stop its children: torchrun sees its parent
+    gone and sends the ranks SIGTERM (a Trainer checkpoints), and all of them end."""
+    import os
+    import signal
+    import sys
+
+    import psutil
+
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    cli = subprocess.Popen([sys.executable, "-m", "reprise.cli", "train", "--nproc", "2",
+                            str(script), str(tmp_path)], start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tree: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not ((tmp_path / "pid-0").exists() and (tmp_path / "pid-1").exists()):
+            assert cli.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        tree = psutil.Process(cli.pid).children(recursive=True)  # torchrun and the ranks
+        assert len(tree) >= 3
+        os.kill(cli.pid, signal.SIGKILL)
+        cli.wait(timeout=10)
+        _, alive = psutil.wait_procs(tree, timeout=60)
+        assert alive == []
+        assert {p.name for p in tmp_path.glob("term-*")} == {"term-0", "term-1"}
+    finally:
+        for p in [*tree, psutil.Process(cli.pid)] if cli.poll() is None else tree:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass

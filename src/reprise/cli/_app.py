@@ -241,24 +241,46 @@ def train(
     ctx: typer.Context,
     script: Annotated[Path, typer.Argument(help="Training script (uses reprise.train.Trainer).")],
     nproc: Annotated[int, typer.Option(
-        "--nproc", help="Processes on this machine; >1 launches DDP through torchrun.")] = 1,
+        "--nproc", "--nproc-per-node",
+        help="Processes on this machine (per node); >1 launches DDP through torchrun.")] = 1,
+    nnodes: Annotated[int, typer.Option(
+        "--nnodes", help="Machines (nodes) taking part; run the same command on each.")] = 1,
+    node_rank: Annotated[int | None, typer.Option(
+        "--node-rank", help="This node's number, 0 to nnodes-1: node 0 hosts the "
+                            "rendezvous at --rdzv-endpoint, the others connect to it.")] = None,
+    rdzv_endpoint: Annotated[str | None, typer.Option(
+        "--rdzv-endpoint", metavar="HOST:PORT",
+        help="Where the nodes meet (torchrun's c10d rendezvous): node 0's address and a "
+             "free port, the same on every node.")] = None,
+    rdzv_id: Annotated[str | None, typer.Option(
+        "--rdzv-id", help="Name of this job at the endpoint (default 'reprise'), the same "
+                          "on every node.")] = None,
+    local_addr: Annotated[str | None, typer.Option(
+        "--local-addr", help="This node's address as the others reach it (default: its "
+                             "host name; 127.0.0.1 on a loopback endpoint).")] = None,
     resume_allow_data_change: Annotated[bool, typer.Option(
         "--resume-allow-data-change",
         help="Let a Trainer resume although its training data changed since the "
              "checkpoint (refused otherwise).")] = False,
 ) -> None:
-    """Run a training script, on N processes with DDP (arguments after SCRIPT go to it).
+    """Run a training script, on N processes with DDP, on one machine or several
+    (arguments after SCRIPT go to it).
 
     Every rank gets torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE,
-    MASTER_ADDR=127.0.0.1, MASTER_PORT); the Trainer shards the data by rank and
-    logs and checkpoints on rank 0. If a rank dies the others are stopped; run the
-    same command again with resume="auto" in the script to continue.
+    MASTER_ADDR, MASTER_PORT); the Trainer shards the data by global rank and
+    logs and checkpoints on global rank 0. On several machines run the same command
+    on each with --nnodes, --rdzv-endpoint (and --node-rank); the checkpoint folder
+    and the workspace must be reachable from every node. If a rank dies the others
+    are stopped; run the same command again with resume="auto" in the script to
+    continue.
     """
     from reprise.train._launch import launch
     from reprise.train._trainer_state import ALLOW_DATA_CHANGE_ENV
 
     env = {ALLOW_DATA_CHANGE_ENV: "1"} if resume_allow_data_change else None
-    code = launch(script, list(ctx.args), nproc=nproc, env=env)
+    code = launch(script, list(ctx.args), nproc=nproc, nnodes=nnodes, node_rank=node_rank,
+                  rdzv_endpoint=rdzv_endpoint, rdzv_id=rdzv_id, local_addr=local_addr,
+                  env=env)
     if code:
         raise typer.Exit(code if code > 0 else 128 - code)
 

@@ -24,6 +24,7 @@ _EXPORTS: dict[str, str] = {
     "select_device": "reprise.train._device",
     "fit_estimator": "reprise.train._sklearn",
     "launch": "reprise.train._launch",
+    "rank_zero_run": "reprise.train._rank_zero",
 }
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "find_batch_size",
     "fit_estimator",
     "launch",
+    "rank_zero_run",
     "select_device",
 ]
 
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from reprise.train._determinism import DeterminismReport, check_determinism
     from reprise.train._device import select_device
     from reprise.train._launch import launch
+    from reprise.train._rank_zero import rank_zero_run
     from reprise.train._sklearn import fit_estimator
     from reprise.train._trainer import (
         Callback,

@@ -135,6 +135,21 @@ class _CheckpointMixin(_TrainerBase):
     def _maybe_resume(self) -> Path | None:
         if self.resume is None:
             return None
+        found = self._agreed_checkpoint() if self._distributed() else self._find_checkpoint()
+        if found is None:
+            return None
+        path, tensors, doc = found
+        self._resumed = True
+        self._pending_config = doc["config"]
+        self._pending_data = doc.get("data")  # absent from checkpoints of older versions
+        self.load_state(tensors, doc)
+        self._say(f"resumed from {path} (optimizer step {self.global_step}, epoch "
+                  f"{self.epoch}, batch {self.batch_in_epoch})")
+        return path
+
+    def _find_checkpoint(self) -> tuple[Path, Any, Any] | None:
+        """The checkpoint ``resume`` names, read: ``(path, tensors, state)``; None for
+        ``resume="auto"`` with no usable checkpoint."""
         from reprise.train._checkpoint import CheckpointManager
 
         mgr = self.checkpoints or CheckpointManager(Path(str(self.resume)).parent)
@@ -143,19 +158,44 @@ class _CheckpointMixin(_TrainerBase):
             if found is None:
                 self._say(f"resume='auto': no usable checkpoint in {self.checkpoint_dir}; "
                           "starting fresh")
-                return None
-            path, tensors, doc = found
-        else:
-            path = Path(self.resume)
-            tensors, doc = mgr.load(path)
-            self._refuse_nonfinite_checkpoint(path, tensors)
-        self._resumed = True
-        self._pending_config = doc["config"]
-        self._pending_data = doc.get("data")  # absent from checkpoints of older versions
-        self.load_state(tensors, doc)
-        self._say(f"resumed from {path} (optimizer step {self.global_step}, epoch "
-                  f"{self.epoch}, batch {self.batch_in_epoch})")
-        return path
+            return found
+        path = Path(self.resume)  # type: ignore[arg-type]
+        tensors, doc = mgr.load(path)
+        self._refuse_nonfinite_checkpoint(path, tensors)
+        return path, tensors, doc
+
+    def _agreed_checkpoint(self) -> tuple[Path, Any, Any] | None:
+        """Under DDP: global rank 0 alone picks and reads the checkpoint, and sends it to
+        every rank (``broadcast_object_list``), so all ranks resume from the same one.
+
+        The other ranks never read ``checkpoint_dir``: on several nodes it need not be
+        visible from theirs (it must be from any node that may get rank 0), and no rank
+        can see an older listing of a shared folder than rank 0 did and part ways. A
+        failure to read it on rank 0 reaches every rank as an error, not a hang.
+        """
+        import torch.distributed as dist
+
+        box: list[Any] = [None]
+        error: BaseException | None = None
+        if self.rank == 0:
+            try:
+                found = self._find_checkpoint()
+                box[0] = ("ok", None if found is None else (str(found[0]), *found[1:]))
+            except Exception as exc:  # every rank must leave the broadcast below
+                error = exc
+                box[0] = ("error", str(exc) if isinstance(exc, UserError)
+                          else f"{type(exc).__name__}: {exc}")
+        dev = self._collective_device()
+        dist.broadcast_object_list(box, src=0, device=dev if dev != "cpu" else None)
+        if error is not None:
+            raise error
+        kind, value = box[0]
+        if kind == "error":
+            raise UserError(f"rank 0 could not read the checkpoint to resume from: {value}")
+        if value is None:
+            return None
+        path, tensors, doc = value
+        return Path(path), tensors, doc
 
     def _check_resumed_config(self) -> None:
         cfg = getattr(self, "_pending_config", None)
