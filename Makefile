@@ -22,12 +22,13 @@ FLOORS_TESTS ?= tests/evaluate tests/data tests/registry/test_registry.py tests/
 FLOORS_WARNINGS := -W "ignore:'click.utils.:DeprecationWarning" \
 	-W "ignore:scipy.optimize:DeprecationWarning"
 
-.PHONY: demo demo-loop test test-floors test-reliability bench lint install install-demo install-dev \
+.PHONY: demo demo-loop demo-scale test test-floors test-reliability bench lint install install-demo install-dev \
 	install-bench clean help
 
 help:
 	@echo "make demo   - install and run the example end to end (embedded SQLite workspace)"
 	@echo "make demo-loop - drift on served traffic -> alarm -> retrain -> canary -> promotion"
+	@echo "make demo-scale - the pipeline on a local Ray cluster, S3 (moto) and PostgreSQL, verified"
 	@echo "make test   - install with dev extras and run the test suite"
 	@echo "make test-floors - tests at the lowest versions of the core dependencies allowed"
 	@echo "make bench  - run the benchmarks against peer tools; results in bench/results/"
@@ -63,6 +64,10 @@ demo: install-demo
 
 demo-loop: install-demo
 	$(PY) examples/demo_loop.py
+
+# needs the dev extra (ray, s3fs, moto, psycopg) and the PostgreSQL server (REPRISE_DEMO_PG)
+demo-scale: install-dev
+	$(PY) examples/demo_scale.py
 
 # make test runs the suite in TEST_WORKERS processes (pytest-xdist), whole files to a worker
 # so that a module's fixtures (servers, trained models) are built once; TEST_WORKERS=0 runs
