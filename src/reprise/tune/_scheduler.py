@@ -55,6 +55,8 @@ class _Settings:
     n_trials: int | None
     timeout: float | None
     workers: int
+    executor: str
+    ray_address: str | None
     reproducible: bool
     batch_size: int
     seed: int
@@ -68,7 +70,8 @@ class _Tuner:
     def __init__(self, ws: Any, objective: Objective, space: SearchSpace | None,
                  s: _Settings) -> None:
         self.ws, self.objective, self.space, self.s = ws, objective, space, s
-        self.payload = _pack(objective) if s.workers > 1 else b""  # refused before the study
+        # refused before the study when it cannot travel
+        self.payload = _pack(objective) if s.workers > 1 or s.executor == "ray" else b""
         self.dists = space.distributions() if space is not None else None
         self.outcomes: list[TrialOutcome] = []
         self.in_flight: dict[int, TrialTask] = {}
@@ -121,7 +124,8 @@ class _Tuner:
                               tags={"reprise.study": self.s.study})
         self.t0 = time.monotonic()
         beat = _Heartbeat(self.storage, self.s.heartbeat)
-        runner = _runner(self.s.workers, self.objective, self.payload, self.study)
+        runner = _runner(self.s, self.objective, self.payload, self.study,
+                         self.ws.config.workspace_dir)
         try:
             with beat:
                 self.beat = beat
@@ -298,8 +302,8 @@ class _Tuner:
         if isinstance(item, WorkerDied):
             self._forget(item.task.trial_id)
             if not self.s.reproducible:
-                self._fail_and_retry(item.task.trial_id, f"its worker process died (exit "
-                                                         f"code {item.exitcode})")
+                self._fail_and_retry(item.task.trial_id, item.reason or (
+                    f"its worker process died (exit code {item.exitcode})"))
             return None
         self._forget(item.trial_id)
         return item  # type: ignore[no-any-return]
