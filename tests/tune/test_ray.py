@@ -66,7 +66,11 @@ def test_reproducible_search_on_ray_gives_the_trials_of_two_local_workers(
                   ray_address=ray_cluster.address, **kw)
     assert _trials(on_ray) == _trials(local)
     assert on_ray.best_params == local.best_params
-    assert os.getpid() not in _pids(workspace, on_ray)  # trials ran as Ray tasks
+    pids = _pids(workspace, on_ray)  # Ray tasks, one CPU per node: both nodes
+    assert os.getpid() not in pids and len(pids) >= 2
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
+    mine = [line for line in out.splitlines() if f"pid={os.getpid()}," in line]
+    assert mine and all("127.0.0.1]:" in s or " 127.0.0.1:" in s for s in mine), mine
     assert not list((workspace.config.workspace_dir / "tune").iterdir())  # token removed
 
 
@@ -93,17 +97,39 @@ def test_reproducible_search_on_ray_with_a_postgresql_workspace(
     ws.close()
 
 
+@pytest.mark.parametrize("reproducible", [False, True])
 def test_a_ray_task_whose_process_dies_is_failed_and_retried(
-        ray_cluster: Any, workspace: Any, tmp_path: Path) -> None:
-    res = tune(functools.partial(obj.dies_once_in, str(tmp_path)), SPACE, n_trials=5,
+        ray_cluster: Any, workspace: Any, tmp_path: Path, reproducible: bool) -> None:
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    res = tune(functools.partial(obj.dies_once_in, str(markers)), SPACE, n_trials=5,
                workers=2, executor="ray", ray_address=ray_cluster.address, pruner=None,
-               seed=3, study="dies", workspace=workspace)
-    assert res.counts["complete"] == 5 and res.counts["failed"] >= 1
+               seed=3, study="dies", reproducible=reproducible, workspace=workspace)
+    assert res.counts["complete"] == 5 and list(markers.iterdir()), "no task died"
+    if reproducible:  # re-run in place: the trials an uninterrupted search gives
+        whole = tune(obj.quad, SPACE, n_trials=5, pruner=None, seed=3, study="whole",
+                     reproducible=True, workspace=workspace)
+        assert _trials(res) == _trials(whole)
+        return
     failed = {t["number"]: t for t in res.trials if t["state"] == "failed"}
     retried = [t for t in res.trials if t["retry_of"] is not None]
     assert retried and all(failed[r["retry_of"]]["params"] == r["params"] for r in retried)
     assert all(t.system_attrs.get("reprise_retried") for t in
                load_study(workspace, "dies").trials if t.state.name == "FAIL")
+
+
+def test_ray_tasks_that_cannot_load_the_objective_stop_the_search(
+        ray_cluster: Any, workspace: Any) -> None:
+    kw: dict[str, Any] = dict(n_trials=20, workers=2, executor="ray", pruner=None,
+                              ray_address=ray_cluster.address, workspace=workspace)
+    with pytest.raises(UserError, match="could not load the objective: RuntimeError: this "
+                                        "objective only loads in the tuner's process"):
+        tune(obj.FailsToLoad(), SPACE, study="fails", **kw)
+    t0 = time.monotonic()
+    with pytest.raises(UserError, match="died before loading the objective 3 times"):
+        tune(obj.DiesAtStartup(), SPACE, study="dies", **kw)
+    assert time.monotonic() - t0 < 60
+    assert len(load_study(workspace, "dies").trials) <= 4  # no endless retries
 
 
 def _gone(pid: int) -> bool:

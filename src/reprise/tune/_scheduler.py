@@ -152,8 +152,8 @@ class _Tuner:
     def _async(self, runner: Any) -> None:
         """Keep every worker busy; tell each trial as it finishes."""
         while True:
-            while runner.idle() and self._may_ask():
-                self._dispatch(runner, self._ask())
+            while runner.idle() and (task := self._ask_next()) is not None:
+                self._dispatch(runner, task)
             if not runner.busy():
                 if not self._others_running():
                     return
@@ -218,6 +218,14 @@ class _Tuner:
                 waiting += t.state == TrialState.WAITING
         return used, waiting
 
+    def _ask_next(self) -> TrialTask | None:
+        """The next trial, if the study may have one more: counted and asked under the
+        study's ask lock (tuners sharing the study would otherwise both ask the last)."""
+        from reprise.tune._storage import ask_lock
+
+        with ask_lock(self.s.storage, self.s.study):
+            return self._ask() if self._may_ask() else None
+
     def _ask(self) -> TrialTask:
         trial = self.study.ask(self.dists)
         return self._task(trial.number, trial._trial_id, dict(trial.params))
@@ -237,8 +245,8 @@ class _Tuner:
             # before the first ask: a trial that a killed tuner created but did not finish
             # asking, and the trials of its batch it never asked, are drawn again (_replay)
             self.storage.set_study_system_attr(self.study._study_id, _BATCH, first)
-            while len(tasks) < self.s.batch_size and self._may_ask():
-                tasks.append(self._ask())
+            while len(tasks) < self.s.batch_size and (task := self._ask_next()) is not None:
+                tasks.append(task)
         first_number = min((t.number for t in tasks), default=0)
         for t in tasks:
             if t.frozen_before is None:  # adopted trials keep the batch they were asked in

@@ -13,13 +13,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from reprise.core.errors import ConfigError, UserError
 
-__all__ = ["STORAGE_ENV", "open_storage", "storage_url"]
+__all__ = ["STORAGE_ENV", "ask_lock", "open_storage", "storage_url"]
 
 STORAGE_ENV = "REPRISE_TUNE_STORAGE"
 _SCHEMA = "optuna"
@@ -63,6 +66,43 @@ def open_storage(url: str) -> Any:
         storage = _rdb(url)
     _cache[url] = (storage, _file_identity(url))
     return storage
+
+
+@contextlib.contextmanager
+def ask_lock(url: str, study: str) -> Iterator[None]:
+    """Held while a tuner counts the study's trials and asks the next one, so that tuners
+    sharing the study (processes here, machines through PostgreSQL) never ask more than
+    ``n_trials`` between them: a file lock beside the journal, a transaction-scoped
+    PostgreSQL advisory lock keyed by the study's name; none for other storages."""
+    if url.startswith("journal://"):
+        import fcntl
+
+        path = Path(url.removeprefix("journal://")).with_suffix(".asklock")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+        return
+    if "search_path" not in url:
+        yield
+        return
+    import sqlalchemy as sa
+
+    engine = _lock_engines.get(url)
+    if engine is None:
+        base = url.split("?options=")[0].split("&options=")[0]
+        engine = _lock_engines[url] = sa.create_engine(base, pool_size=1, pool_pre_ping=True)
+    key = int.from_bytes(hashlib.blake2b(study.encode(), digest_size=8).digest(), "big",
+                         signed=True)
+    with engine.begin() as conn:
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+        yield
+
+
+_lock_engines: dict[str, Any] = {}
 
 
 def _file_identity(url: str) -> tuple[int, int] | None:
