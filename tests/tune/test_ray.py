@@ -171,6 +171,15 @@ def test_an_interrupted_search_cancels_its_ray_tasks(
     assert run.status.value == "killed"
 
 
+def test_a_process_on_one_cluster_refuses_another_address(ray_cluster: Any,
+                                                          workspace: Any) -> None:
+    tune(obj.quad, SPACE, n_trials=1, executor="ray", ray_address=ray_cluster.address,
+         pruner=None, study="first", workspace=workspace)  # connected, stays connected
+    with pytest.raises(UserError, match="already connected to the Ray cluster at"):
+        tune(obj.quad, SPACE, n_trials=1, executor="ray", ray_address="127.0.0.1:1",
+             pruner=None, study="second", workspace=workspace)
+
+
 def test_a_node_that_cannot_see_the_workspace_stops_the_search(
         ray_cluster: Any, workspace: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import reprise.core._atomic as atomic
@@ -256,3 +265,11 @@ def test_reprise_tune_cli_on_ray(ray_cluster: Any, tmp_path: Path) -> None:
               "score/loss", "--trials", "2", "--ray-address", ray_cluster.address,
               check=False)
     assert bad.returncode == 2 and "--executor ray" in bad.stderr
+    from tests._ray_cluster import _free_port
+
+    t0 = time.monotonic()
+    nowhere = cli(tmp_path, "tune", "flow.py:flow", "--space", "space.yaml", "--metric",
+                  "score/loss", "--trials", "2", "--executor", "ray", "--ray-address",
+                  f"127.0.0.1:{_free_port()}", check=False)
+    assert nowhere.returncode == 2 and "nothing answers there" in nowhere.stderr
+    assert time.monotonic() - t0 < 60  # refused, not retried for minutes

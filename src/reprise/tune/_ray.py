@@ -132,7 +132,13 @@ def connect(address: str | None) -> None:
     except ImportError:
         raise UserError("executor='ray' needs Ray: pip install 'reprise-ml[ray]'") from None
     if ray.is_initialized():
+        now = ray.get_runtime_context().gcs_address
+        if address not in (None, "auto") and _hostport(address) not in (None, _hostport(now)):
+            raise UserError(f"this process is already connected to the Ray cluster at {now}; "
+                            f"it cannot also run trials on {address!r} (one cluster per "
+                            "process): run the search from another process")
         return
+    _probe(address)
     kw: dict[str, Any] = {}
     if address is None and not os.environ.get("RAY_ADDRESS"):
         kw["include_dashboard"] = False  # a local Ray for this search: nothing more to serve
@@ -143,6 +149,33 @@ def connect(address: str | None) -> None:
                         "address as HOST:PORT of the head (ray start --head prints it), "
                         "'auto' for a cluster started on this machine, or ray://HOST:PORT "
                         "for Ray Client") from None
+
+
+def _hostport(address: str | None) -> tuple[str, int] | None:
+    if not address or address == "auto":
+        return None
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        return host.strip("[]"), int(port)
+    except ValueError:
+        return None
+
+
+def _probe(address: str | None) -> None:
+    """Refuse at once an address where nothing listens. Ray itself retries a head it
+    cannot reach for many minutes (its GCS client's retries), which a mistyped
+    --ray-address would turn into a silent hang; one TCP connection says it in seconds."""
+    hp = _hostport(address)
+    if hp is None:
+        return
+    try:
+        socket.create_connection(hp, timeout=5).close()
+    except OSError as exc:
+        raise UserError(f"cannot connect to the Ray cluster at {address!r}: nothing answers "
+                        f"there ({exc.strerror or exc}). Give the address of a running head "
+                        "(HOST:PORT that `ray start --head` prints, or ray://HOST:PORT for "
+                        "Ray Client), or 'auto' for a cluster started on this machine"
+                        ) from None
 
 
 _DIED = ("WorkerCrashedError", "NodeDiedError", "OutOfMemoryError", "LocalRayletDiedError",
