@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    "reprise_ray_over_ideal": med["reprise_ray"] / ideal},
         "samples": samples,
     }
-    return finish("tune_ray", result, quick=False)
+    return finish("tune_ray", result, quick=args.quick)
 
 
 if __name__ == "__main__":
