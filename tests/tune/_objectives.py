@@ -92,3 +92,20 @@ class FailsToLoad(DiesAtStartup):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_raise_at_load, ())
+
+
+def dies_once_in(folder: str, p: dict[str, Any]) -> float:
+    """:func:`dies_once` with its marker folder bound (Ray workers do not get the test's
+    environment): ``functools.partial(dies_once_in, folder)``."""
+    marker = Path(folder) / f"{p['x']:.12f}"
+    if float(p["x"]) > 0 and not marker.exists():
+        marker.write_text("died")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return quad(p)
+
+
+def sleeps_in(folder: str, p: dict[str, Any]) -> float:
+    """Writes its pid to ``folder`` and sleeps a minute (a trial to be cancelled)."""
+    (Path(folder) / str(os.getpid())).write_text("")
+    time.sleep(60)
+    return quad(p)

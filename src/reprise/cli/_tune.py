@@ -38,7 +38,14 @@ def run(
     trials: Annotated[int | None, typer.Option(
         "--trials", help="The study's total number of trials.")] = None,
     timeout: Annotated[float | None, typer.Option(help="Seconds for this search.")] = None,
-    workers: Annotated[int, typer.Option(help="Trials at once (processes).")] = 1,
+    workers: Annotated[int, typer.Option(
+        help="Trials at once (processes, or Ray tasks with --executor ray).")] = 1,
+    executor: Annotated[str, typer.Option(
+        help="local (this machine's processes) or ray (each trial a Ray task; every node "
+             "must see the workspace folder at the same path).")] = "local",
+    ray_address: Annotated[str | None, typer.Option(
+        help="Ray cluster for --executor ray: HOST:PORT of the head, auto, or "
+             "ray://HOST:PORT (default: RAY_ADDRESS, else a local Ray).")] = None,
     sampler: Annotated[str, typer.Option(help="tpe, random, grid or cmaes.")] = "tpe",
     pruner: Annotated[str, typer.Option(
         help="median, hyperband, successive_halving or none.")] = "median",
@@ -68,7 +75,8 @@ def run(
                   metric=metric, params=fixed, sampler=sampler,
                   pruner=None if pruner == "none" else pruner, prune_on=prune_on,
                   warmup_steps=warmup_steps, study=study,
-                  workers=workers, reproducible=reproducible, batch_size=batch_size, seed=seed,
+                  workers=workers, executor=executor, ray_address=ray_address,
+                  reproducible=reproducible, batch_size=batch_size, seed=seed,
                   catch=catch, workspace=_ws())
     if as_json:
         render.print_json(result.to_dict())

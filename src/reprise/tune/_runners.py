@@ -1,6 +1,6 @@
-"""Where trials run, and how this tuner shows it is alive: in this process (``workers=1``)
-or in worker processes that get the objective by value; the heartbeat thread that marks
-the tuner's running trials as owned.
+"""Where trials run, and how this tuner shows it is alive: in this process (``workers=1``),
+in worker processes that get the objective by value, or as Ray tasks (``_ray``); the
+heartbeat thread that marks the tuner's running trials as owned.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from reprise.tune._trial import (
@@ -112,9 +113,14 @@ def _pack(objective: Objective) -> bytes:
     return pack_objective(objective)
 
 
-def _runner(workers: int, objective: Objective, payload: bytes, study: Any) -> Any:
-    if workers == 1:
+def _runner(settings: Any, objective: Objective, payload: bytes, study: Any,
+            workspace_dir: Path) -> Any:
+    if settings.executor == "ray":
+        from reprise.tune._ray import RayPool
+
+        return RayPool(settings.workers, payload, workspace_dir, settings.ray_address)
+    if settings.workers == 1:
         return _Inline(objective, study)
     from reprise.tune._workers import WorkerPool
 
-    return WorkerPool(workers, payload)
+    return WorkerPool(settings.workers, payload)

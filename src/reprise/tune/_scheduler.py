@@ -55,6 +55,8 @@ class _Settings:
     n_trials: int | None
     timeout: float | None
     workers: int
+    executor: str
+    ray_address: str | None
     reproducible: bool
     batch_size: int
     seed: int
@@ -68,7 +70,8 @@ class _Tuner:
     def __init__(self, ws: Any, objective: Objective, space: SearchSpace | None,
                  s: _Settings) -> None:
         self.ws, self.objective, self.space, self.s = ws, objective, space, s
-        self.payload = _pack(objective) if s.workers > 1 else b""  # refused before the study
+        # refused before the study when it cannot travel
+        self.payload = _pack(objective) if s.workers > 1 or s.executor == "ray" else b""
         self.dists = space.distributions() if space is not None else None
         self.outcomes: list[TrialOutcome] = []
         self.in_flight: dict[int, TrialTask] = {}
@@ -121,7 +124,8 @@ class _Tuner:
                               tags={"reprise.study": self.s.study})
         self.t0 = time.monotonic()
         beat = _Heartbeat(self.storage, self.s.heartbeat)
-        runner = _runner(self.s.workers, self.objective, self.payload, self.study)
+        runner = _runner(self.s, self.objective, self.payload, self.study,
+                         self.ws.config.workspace_dir)
         try:
             with beat:
                 self.beat = beat
@@ -148,8 +152,8 @@ class _Tuner:
     def _async(self, runner: Any) -> None:
         """Keep every worker busy; tell each trial as it finishes."""
         while True:
-            while runner.idle() and self._may_ask():
-                self._dispatch(runner, self._ask())
+            while runner.idle() and (task := self._ask_next()) is not None:
+                self._dispatch(runner, task)
             if not runner.busy():
                 if not self._others_running():
                     return
@@ -214,6 +218,14 @@ class _Tuner:
                 waiting += t.state == TrialState.WAITING
         return used, waiting
 
+    def _ask_next(self) -> TrialTask | None:
+        """The next trial, if the study may have one more: counted and asked under the
+        study's ask lock (tuners sharing the study would otherwise both ask the last)."""
+        from reprise.tune._storage import ask_lock
+
+        with ask_lock(self.s.storage, self.s.study):
+            return self._ask() if self._may_ask() else None
+
     def _ask(self) -> TrialTask:
         trial = self.study.ask(self.dists)
         return self._task(trial.number, trial._trial_id, dict(trial.params))
@@ -233,8 +245,8 @@ class _Tuner:
             # before the first ask: a trial that a killed tuner created but did not finish
             # asking, and the trials of its batch it never asked, are drawn again (_replay)
             self.storage.set_study_system_attr(self.study._study_id, _BATCH, first)
-            while len(tasks) < self.s.batch_size and self._may_ask():
-                tasks.append(self._ask())
+            while len(tasks) < self.s.batch_size and (task := self._ask_next()) is not None:
+                tasks.append(task)
         first_number = min((t.number for t in tasks), default=0)
         for t in tasks:
             if t.frozen_before is None:  # adopted trials keep the batch they were asked in
@@ -298,8 +310,8 @@ class _Tuner:
         if isinstance(item, WorkerDied):
             self._forget(item.task.trial_id)
             if not self.s.reproducible:
-                self._fail_and_retry(item.task.trial_id, f"its worker process died (exit "
-                                                         f"code {item.exitcode})")
+                self._fail_and_retry(item.task.trial_id, item.reason or (
+                    f"its worker process died (exit code {item.exitcode})"))
             return None
         self._forget(item.trial_id)
         return item  # type: ignore[no-any-return]

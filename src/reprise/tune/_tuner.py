@@ -47,6 +47,7 @@ def tune(objective: Any, space: SearchSpace | Mapping[str, Any] | str | None = N
          metric: str | None = None, params: Mapping[str, Any] | None = None,
          sampler: str = "tpe", pruner: str | None = "median", prune_on: str | None = None,
          warmup_steps: int = 0, study: str | None = None, workers: int = 1,
+         executor: str = "local", ray_address: str | None = None,
          reproducible: bool = False, batch_size: int = 4, seed: int = 0,
          pipeline_workers: int = 1, heartbeat: float = 10.0, max_retries: int = 2,
          catch: bool = False, report: bool = True, workspace: Any = None) -> TuneResult:
@@ -72,7 +73,13 @@ def tune(objective: Any, space: SearchSpace | Mapping[str, Any] | str | None = N
             median pruner judges (it also waits for 5 complete trials).
         study: the study's name (default: the objective's); a study that
             exists is resumed.
-        workers: trials run at once, each in its own process when > 1.
+        workers: trials run at once, each in its own process when > 1 (with
+            ``executor="ray"``: Ray tasks in flight at once).
+        executor: ``"local"`` (this process, or worker processes) or ``"ray"``: each
+            trial a Ray task (see :mod:`reprise.tune._ray`); every Ray node must see
+            the workspace folder at the same path.
+        ray_address: the Ray cluster (``HOST:PORT`` of the head, ``auto``,
+            ``ray://HOST:PORT``); None: ``RAY_ADDRESS``, else a local Ray started here.
         reproducible: synchronous batches told in trial order (see above).
         batch_size: trials per batch in reproducible mode.
         seed: seeds the sampler and every trial (and each pipeline run).
@@ -98,6 +105,7 @@ def tune(objective: Any, space: SearchSpace | Mapping[str, Any] | str | None = N
     settings = _settings(ws, default_name, spc, obj, study=study, n_trials=n_trials,
                          timeout=timeout, direction=direction, sampler=sampler, pruner=pruner,
                          warmup=warmup_steps, monitor=prune_on, workers=workers,
+                         executor=executor, ray_address=ray_address,
                          reproducible=reproducible, batch_size=batch_size, seed=seed,
                          heartbeat=heartbeat, max_retries=max_retries, catch=catch,
                          report=report)
@@ -154,13 +162,18 @@ def _settings(ws: Any, name: str, space: SearchSpace | None, obj: Objective,
         raise UserError(f"n_trials must be a positive integer; got {n!r}")
     if timeout is not None and not (isinstance(timeout, int | float) and timeout > 0):
         raise UserError(f"timeout must be a positive number of seconds; got {timeout!r}")
+    if kw["executor"] not in ("local", "ray"):
+        raise UserError(f"executor must be 'local' or 'ray'; got {kw['executor']!r}")
+    if kw["ray_address"] is not None and kw["executor"] != "ray":
+        raise UserError("ray_address (--ray-address) is for executor='ray' (--executor ray)")
     if not kw["heartbeat"] > 0 or kw["max_retries"] < 0:
         raise UserError("heartbeat must be > 0 seconds and max_retries >= 0")
-    if space is None and (kw["workers"] > 1 or kw["reproducible"] or
-                          not isinstance(obj, FunctionObjective) or kw["sampler"] == "grid"):
+    if space is None and (kw["workers"] > 1 or kw["reproducible"] or kw["executor"] != "local"
+                          or not isinstance(obj, FunctionObjective) or kw["sampler"] == "grid"):
         raise UserError("without a search space the objective samples its own params "
-                        "(define-by-run), which works with one worker, a function objective, "
-                        "no grid and no reproducible mode; declare the space to go further")
+                        "(define-by-run), which works with one local worker, a function "
+                        "objective, no grid and no reproducible mode; declare the space to "
+                        "go further")
     if kw["sampler"] == "grid":
         assert space is not None
         size = space.grid_size()
@@ -173,7 +186,8 @@ def _settings(ws: Any, name: str, space: SearchSpace | None, obj: Objective,
     return _Settings(study=study, storage=storage_url(ws), direction=kw["direction"],
                      sampler=kw["sampler"], pruner=kw["pruner"], warmup=kw["warmup"],
                      monitor=kw["monitor"], n_trials=n, timeout=timeout,
-                     workers=kw["workers"], reproducible=kw["reproducible"],
+                     workers=kw["workers"], executor=kw["executor"],
+                     ray_address=kw["ray_address"], reproducible=kw["reproducible"],
                      batch_size=kw["batch_size"], seed=kw["seed"],
                      heartbeat=float(kw["heartbeat"]), max_retries=int(kw["max_retries"]),
                      catch=bool(kw["catch"]), report=bool(kw["report"]))

@@ -43,8 +43,9 @@ def pack_objective(objective: Objective) -> bytes:
     try:
         return bytes(cloudpickle.dumps(objective))
     except Exception as exc:  # noqa: BLE001 - any pickling failure means the same to the user
-        raise UserError(f"with workers > 1 the objective {objective.name!r} is sent to worker "
-                        f"processes, but it cannot be serialized: {type(exc).__name__}: {exc}. "
+        raise UserError(f"with workers > 1 (or on Ray) the objective {objective.name!r} is sent "
+                        "to worker processes, but it cannot be serialized: "
+                        f"{type(exc).__name__}: {exc}. "
                         "Keep what it captures (locks, open files, connections) out of its "
                         "closure and create it inside the function, or use workers=1"
                         ) from exc
@@ -64,10 +65,11 @@ class _StartupFailed:
 
 @dataclass
 class WorkerDied:
-    """A worker exited while running ``task``."""
+    """A worker exited while running ``task`` (``reason``: how, when not an exit code)."""
 
     task: TrialTask
     exitcode: int | None
+    reason: str | None = None
 
 
 def _worker_main(conn: Any, payload: bytes, sys_path: list[str], cwd: str,
