@@ -178,6 +178,10 @@ def test_a_process_on_one_cluster_refuses_another_address(ray_cluster: Any,
     with pytest.raises(UserError, match="already connected to the Ray cluster at"):
         tune(obj.quad, SPACE, n_trials=1, executor="ray", ray_address="127.0.0.1:1",
              pruner=None, study="second", workspace=workspace)
+    from reprise.tracking._api import _active
+
+    assert _active.top() is None  # the refused search left no run active in this process
+    assert "tune:second" not in {r.name for r in workspace.metadata.list_runs()}
 
 
 def test_a_node_that_cannot_see_the_workspace_stops_the_search(

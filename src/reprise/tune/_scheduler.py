@@ -119,13 +119,19 @@ class _Tuner:
 
         self.study = self._open_study()
         params = {k: v for k, v in vars(self.s).items() if k not in ("storage",)}
-        self.run_ = start_run(f"tune:{self.s.study}", params={"tune": params}, kind="tuning",
-                              workspace=self.ws, system_metrics_interval=0,
-                              tags={"reprise.study": self.s.study})
-        self.t0 = time.monotonic()
-        beat = _Heartbeat(self.storage, self.s.heartbeat)
+        # the runner first: one that cannot start (a Ray address refused) leaves no
+        # tuning run behind, neither recorded nor active in this process
         runner = _runner(self.s, self.objective, self.payload, self.study,
                          self.ws.config.workspace_dir)
+        try:
+            self.run_ = start_run(f"tune:{self.s.study}", params={"tune": params},
+                                  kind="tuning", workspace=self.ws, system_metrics_interval=0,
+                                  tags={"reprise.study": self.s.study})
+        except BaseException:
+            runner.close(kill=True)
+            raise
+        self.t0 = time.monotonic()
+        beat = _Heartbeat(self.storage, self.s.heartbeat)
         try:
             with beat:
                 self.beat = beat
