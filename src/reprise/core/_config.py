@@ -59,6 +59,14 @@ watch_reads = true
 # Paths (absolute, ~/..., or relative to this project) and variable names not to watch.
 ignore_reads = []
 ignore_env = []
+
+[executor]
+# Where `reprise run` executes steps: "local" (processes on this machine) or "ray".
+# The command line's --executor and --ray-address override these.
+kind = "local"
+# The Ray cluster: "auto" (the one `ray start` began here), "HOST:PORT" (the head),
+# "ray://HOST:PORT" (Ray Client); empty starts a Ray instance on this machine per run.
+address = ""
 """
 
 
@@ -76,6 +84,10 @@ class Config:
     """Record what steps read beyond their inputs and check it before reuse."""
     ignore_reads: tuple[str, ...] = ()
     ignore_env: tuple[str, ...] = ()
+    executor: str = "local"
+    """Where steps run: ``local`` or ``ray`` ([executor] kind)."""
+    executor_address: str = ""
+    """The Ray cluster's address ([executor] address); empty: a local Ray instance."""
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -145,6 +157,7 @@ def load_config(root: str | os.PathLike[str] | None = None) -> Config:
     arts = _section(raw, "artifacts", path)
     tracking = _section(raw, "tracking", path)
     pipeline = _section(raw, "pipeline", path)
+    executor = _section(raw, "executor", path)
     store_url = os.environ.get("REPRISE_STORE_URL") or str(store.get("url") or "")
     artifacts_url = os.environ.get("REPRISE_ARTIFACTS_URL") or str(arts.get("url") or "")
     if not store_url:
@@ -160,6 +173,8 @@ def load_config(root: str | os.PathLike[str] | None = None) -> Config:
         watch_reads=_watch_reads(pipeline, path),
         ignore_reads=_strings(pipeline, "ignore_reads", path),
         ignore_env=_strings(pipeline, "ignore_env", path),
+        executor=_executor_kind(executor, path),
+        executor_address=_text(executor, "address", path),
         raw=raw,
     )
 
@@ -201,3 +216,17 @@ def _strings(section: dict[str, Any], key: str, path: Path) -> tuple[str, ...]:
         raise ConfigError(f"{path}: [pipeline] {key} must be a list of non-empty strings, "
                           f"got {value!r}.")
     return tuple(value)
+
+
+def _executor_kind(section: dict[str, Any], path: Path) -> str:
+    value = section.get("kind", "local")
+    if value not in ("local", "ray"):
+        raise ConfigError(f'{path}: [executor] kind must be "local" or "ray", got {value!r}.')
+    return str(value)
+
+
+def _text(section: dict[str, Any], key: str, path: Path) -> str:
+    value = section.get(key, "")
+    if not isinstance(value, str):
+        raise ConfigError(f"{path}: [executor] {key} must be a string, got {value!r}.")
+    return value.strip()
