@@ -170,13 +170,46 @@ print(json.dumps({"submitted": ex.submitted, "reused": result.reused}))
 '''
 
 
+# Ctrl-C in a driver that stays connected to the cluster (it called ray.init itself):
+# the step's worker must be gone while the driver still runs, by ray.cancel alone
+CANCEL = '''
+import json, os, sys, time
+import ray
+ray.init(address=sys.argv[1], log_to_driver=False)
+import reprise
+from reprise.pipeline import RayExecutor
+from reprise.pipeline._load import load_pipeline
+from reprise.pipeline._runner import run_pipeline
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+marks = sys.argv[2]
+try:
+    run_pipeline(load_pipeline("faults.py:slow"), {"marks": marks},
+                 workspace=reprise.open_workspace("."), executor=RayExecutor())
+except KeyboardInterrupt:
+    pid = int(os.listdir(marks)[0].split(".")[1])
+    deadline = time.monotonic() + 15
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    print(json.dumps({"gone": not alive(pid), "connected": ray.is_initialized()}))
+'''
+
+
 @pytest.fixture(scope="module")
 def proj(tmp_path_factory: pytest.TempPathFactory, ray_cluster: Any) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("rayws")
     marks = root / "marks"
     marks.mkdir()
     for name, text in (("flow.py", FLOW), ("faults.py", FAULTS), ("mutate.py", MUTATE),
-                       ("tamper.py", TAMPER), ("count.py", COUNT)):
+                       ("tamper.py", TAMPER), ("count.py", COUNT), ("cancel.py", CANCEL)):
         (root / name).write_text(textwrap.dedent(text))
     env = {**{k: v for k, v in os.environ.items() if k != "REPRISE_WORKSPACE"},
            **ray_cluster.env}
@@ -290,6 +323,28 @@ def test_ctrl_c_cancels_the_running_step(proj: dict[str, Any]) -> None:
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not _alive(pid), f"the step's worker {pid} still runs after Ctrl-C"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_ctrl_c_cancels_the_step_while_the_driver_stays_connected(
+        proj: dict[str, Any]) -> None:
+    marks = proj["root"] / "marks-cancel"
+    marks.mkdir()
+    proc = subprocess.Popen([sys.executable, "cancel.py", proj["address"], str(marks)],
+                            cwd=proj["root"], env=proj["env"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not list(marks.iterdir()) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        assert list(marks.iterdir()), "the step did not start"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert json.loads(out.strip().splitlines()[-1]) == {"gone": True, "connected": True}, err
     finally:
         if proc.poll() is None:
             proc.kill()

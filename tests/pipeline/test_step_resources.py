@@ -1,0 +1,94 @@
+"""``@step(resources=...)`` and choosing an executor, without a cluster: what Ray
+is asked for, what is refused, and the error when Ray is not installed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from reprise import step
+from reprise.core.errors import ConfigError, MissingExtraError, UserError
+from reprise.pipeline._execute import Task
+from reprise.pipeline._executors import LocalExecutor, open_executor
+from reprise.pipeline._ray import CRASH_RETRIES, ray_options
+from reprise.pipeline._step import PipelineDefinitionError, Resources
+
+
+def _task(st: object) -> Task:
+    return Task(node="n", module="m", qualname="q", module_file=None, inputs={}, seed=0,
+                artifacts_url="memory://", resources=st.resources,  # type: ignore[attr-defined]
+                retries=st.retries)  # type: ignore[attr-defined]
+
+
+def test_declared_resources_become_the_ray_tasks_options() -> None:
+    @step(resources={"cpus": 2, "gpus": 0.5, "memory": 2**30, "reprise_node2": 1}, retries=3)
+    def heavy() -> int:
+        return 1
+
+    assert ray_options(_task(heavy)) == {
+        "num_cpus": 2.0, "num_gpus": 0.5, "memory": 2**30, "resources": {"reprise_node2": 1.0},
+        "max_retries": 3, "retry_exceptions": False}
+
+
+def test_default_is_one_cpu_and_crash_retries_only() -> None:
+    @step
+    def light() -> int:
+        return 1
+
+    assert ray_options(_task(light)) == {"num_cpus": 1.0, "num_gpus": 0.0,
+                                         "max_retries": CRASH_RETRIES, "retry_exceptions": False}
+
+
+@pytest.mark.parametrize("bad", [{"cpus": -1}, {"gpus": "one"}, {"memory": 0},
+                                 {"memory": 1.5}, {"CPU": 1}, {"num_gpus": 1}, {"": 1},
+                                 {"node2": float("inf")}, {"node2": True}, [("cpus", 1)]])
+def test_bad_resources_are_refused_when_the_step_is_declared(bad: object) -> None:
+    with pytest.raises(PipelineDefinitionError, match="resource"):
+        Resources.of(bad)  # type: ignore[arg-type]
+
+
+def test_custom_resources_are_kept_by_name() -> None:
+    assert Resources.of({"x": 1, "cpu": 2}) == Resources(cpus=2.0, custom=(("x", 1.0),))
+
+
+def test_executor_choice_is_validated() -> None:
+    assert isinstance(open_executor(None), LocalExecutor)
+    with pytest.raises(UserError, match="executor 'dask' does not exist"):
+        open_executor("dask")
+    with pytest.raises(UserError, match="--executor ray"):
+        open_executor("local", address="127.0.0.1:6379")
+
+
+def test_without_ray_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # restored afterwards
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    with pytest.raises(MissingExtraError, match=r"pip install 'reprise-ml\[ray\]'"):
+        open_executor("ray")
+
+
+def test_a_bad_address_is_refused_before_ray_is_asked() -> None:
+    from reprise.pipeline._ray import _check_reachable
+
+    with pytest.raises(UserError, match="must be auto, HOST:PORT"):
+        _check_reachable("nowhere", 1.0)
+    with pytest.raises(UserError, match="cannot reach the Ray cluster at '127.0.0.1:9'"):
+        _check_reachable("127.0.0.1:9", 1.0)
+
+
+def test_config_executor_section(tmp_path: Path) -> None:
+    import reprise
+    from reprise.core._config import load_config
+
+    reprise.init(tmp_path).close()
+    cfg = tmp_path / ".reprise" / "config.toml"
+    assert load_config(tmp_path).executor == "local"
+    text = cfg.read_text()
+    cfg.write_text(text.replace('kind = "local"', 'kind = "ray"').replace(
+        'address = ""', 'address = "ray://10.0.0.1:10001"'))
+    got = load_config(tmp_path)
+    assert (got.executor, got.executor_address) == ("ray", "ray://10.0.0.1:10001")
+    cfg.write_text(text.replace('kind = "local"', 'kind = "spark"'))
+    with pytest.raises(ConfigError, match=r'\[executor\] kind must be "local" or "ray"'):
+        load_config(tmp_path)
