@@ -145,7 +145,9 @@ def _inside(file: str | None, folder: Path) -> bool:
     """Whether ``file`` is below ``folder`` (resolved). A string test: it runs for every
     loaded module on every task, and the snapshot's modules are imported by the
     resolved paths put on ``sys.path``, which contain no links."""
-    return bool(file) and os.path.abspath(file).startswith(str(folder) + os.sep)  # type: ignore[arg-type]
+    if not file:
+        return False
+    return os.path.abspath(file).startswith(str(folder) + os.sep)
 
 
 def _check_imports(task: Task, loaded: _Loaded, func: Any) -> None:
