@@ -92,3 +92,37 @@ def test_config_executor_section(tmp_path: Path) -> None:
     cfg.write_text(text.replace('kind = "local"', 'kind = "spark"'))
     with pytest.raises(ConfigError, match=r'\[executor\] kind must be "local" or "ray"'):
         load_config(tmp_path)
+
+
+class _FakeRay:
+    """What the executor asks Ray about the cluster's nodes."""
+
+    def __init__(self, nodes: list[str]) -> None:
+        import types
+
+        self._nodes = nodes
+        self.util = types.SimpleNamespace(get_node_ip_address=lambda: "10.0.0.1")
+
+    def nodes(self) -> list[dict[str, object]]:
+        return [{"NodeManagerAddress": a, "Alive": True} for a in self._nodes]
+
+
+@pytest.mark.parametrize(("url", "nodes", "refused"), [
+    ("/ws/.reprise/artifacts", ["10.0.0.1"], False),
+    ("/ws/.reprise/artifacts", ["10.0.0.1", "10.0.0.2"], True),
+    ("file:///ws/artifacts", ["10.0.0.2"], True),
+    ("s3://bucket/prefix", ["10.0.0.1", "10.0.0.2"], False),
+])
+def test_a_local_artifact_folder_is_refused_for_nodes_on_other_machines(
+        url: str, nodes: list[str], refused: bool) -> None:
+    import threading
+
+    from reprise.pipeline._ray import RayExecutor
+
+    ex = RayExecutor.__new__(RayExecutor)
+    ex.ray, ex._owns, ex._lock, ex._running = _FakeRay(nodes), False, threading.Lock(), {}
+    if refused:
+        with pytest.raises(UserError, match="10.0.0.2 cannot read"):
+            ex._check_shared_store(url)
+    else:
+        ex._check_shared_store(url)

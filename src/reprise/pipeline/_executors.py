@@ -7,6 +7,9 @@
 ``LocalExecutor`` runs a task in this process when it is the only one ready
 (no start-up cost, the common case for a chain of steps) and in a pool of
 ``spawn``-ed worker processes when independent branches are ready together.
+``RayExecutor`` (``._ray``, ``--executor ray``) runs each task as a Ray task on a
+cluster, placed by the step's declared resources, with the run's code snapshot
+shipped to the worker (``._ship``).
 """
 
 from __future__ import annotations

@@ -98,6 +98,8 @@ class RayExecutor(Executor):
         self._lock = threading.Lock()
         self._running: dict[Any, Future[TaskResult]] = {}
         self.submitted = 0  # Ray tasks started (a cached step starts none)
+        if store is not None:
+            self._check_shared_store(str(getattr(store, "url", "")))
 
     def _connect(self, timeout: float) -> None:
         address = self.address
@@ -117,6 +119,21 @@ class RayExecutor(Executor):
                 f"{exc}. Start one with `ray start --head`, or pass --ray-address "
                 "(auto, HOST:PORT or ray://HOST:PORT).") from exc
         self._owns = True
+
+    def _check_shared_store(self, url: str) -> None:
+        """Steps exchange outputs through the artifact store: a folder on this machine
+        cannot serve nodes on other machines (their outputs would be lost or missing)."""
+        if "://" in url and not url.startswith("file://"):
+            return
+        here = self.ray.util.get_node_ip_address()
+        others = sorted({n["NodeManagerAddress"] for n in self.ray.nodes() if n.get("Alive")}
+                        - {here})
+        if others:
+            self.shutdown()
+            raise UserError(
+                f"the artifact store is the local folder {url}, which the cluster's nodes on "
+                f"{', '.join(others)} cannot read; set [artifacts] url (or "
+                "REPRISE_ARTIFACTS_URL) to storage every node reaches, e.g. s3://bucket/prefix.")
 
     def submit(self, task: Task, *, alone: bool = False) -> Future[TaskResult]:
         from reprise.pipeline._ship import ship

@@ -64,6 +64,11 @@ def verify_run(ws: Any, run_ref: str, *, steps: Iterable[str] | None = None,
                ray_address: str | None = None) -> VerifyReport:
     """Re-execute pipeline run ``run_ref`` with the cache off and compare its outputs;
     ``executor`` (``local``/``ray``) and ``ray_address`` say where, as for ``run``."""
+    from reprise.pipeline._executors import EXECUTORS
+
+    if executor is not None and executor not in EXECUTORS:
+        raise UserError(f"--executor {executor!r} does not exist; use one of "
+                        f"{', '.join(EXECUTORS)}.")
     if tolerance is not None and (tolerance < 0 or tolerance != tolerance):
         raise UserError(f"--tolerance must be a non-negative number, got {tolerance}.")
     meta = ws.metadata
