@@ -126,3 +126,31 @@ def test_a_local_artifact_folder_is_refused_for_nodes_on_other_machines(
             ex._check_shared_store(url)
     else:
         ex._check_shared_store(url)
+
+
+@pytest.mark.parametrize("kind", ["file", "dir"])
+def test_a_path_input_missing_on_the_worker_comes_from_the_artifact_store(
+        tmp_path: Path, kind: str) -> None:
+    from reprise.pipeline._ship import localize_paths
+    from reprise.store import open_artifact_store, save_object
+
+    store = open_artifact_store(tmp_path / "store")
+    src = tmp_path / "driver" / "data"
+    if kind == "dir":
+        src.mkdir(parents=True)
+        (src / "a.txt").write_text("rows")
+    else:
+        src.parent.mkdir()
+        src.write_text("rows")
+    art = save_object(store, src).to_dict()
+    task = Task(node="n", module="m", qualname="q", module_file=None, seed=0,
+                artifacts_url=str(tmp_path / "store"),
+                inputs={"x": ("path", {"kind": kind, "path": str(src), "artifact": art}),
+                        "n": ("value", 3)})
+    assert localize_paths(task, tmp_path / "inputs").inputs == task.inputs  # it exists here
+    moved = tmp_path / "driver-gone"
+    (tmp_path / "driver").rename(moved)  # as on a node that cannot see the driver's disk
+    got = localize_paths(task, tmp_path / "inputs").inputs
+    path = Path(got["x"][1]["path"])
+    assert path.is_relative_to(tmp_path / "inputs") and got["n"] == ("value", 3)
+    assert (path / "a.txt" if kind == "dir" else path).read_text() == "rows"

@@ -345,7 +345,8 @@ def _prepare(ctx: _RunContext, node: Node) -> tuple[str, Task, dict[str, Any]]:
         elif isinstance(value, PathInput):
             raw = ctx.raw_inputs[str(value.path)]
             input_hashes[pname] = raw["content_hash"]
-            task_inputs[pname] = ("path", {"kind": value.kind, "path": str(value.path)})
+            task_inputs[pname] = ("path", {"kind": value.kind, "path": str(value.path),
+                                           "artifact": _load_spec(raw["artifact"])})
         elif is_external(value):
             raw = ctx.raw_inputs[value.reprise_input_key()]
             input_hashes[pname] = raw["content_hash"]

@@ -37,7 +37,7 @@ from reprise.core._hashing import hash_bytes, hash_file
 from reprise.core.errors import RepriseError
 from reprise.pipeline._execute import Task, TaskResult, _resolve_function, execute_task
 
-__all__ = ["SnapshotMismatchError", "ship", "run_shipped"]
+__all__ = ["SnapshotMismatchError", "localize_paths", "run_shipped", "ship"]
 
 
 class SnapshotMismatchError(RepriseError):
@@ -78,6 +78,7 @@ def run_shipped(task: Task) -> TaskResult:
             module_file=str(loaded.folder / rel) if rel else None)
         func = _resolve_function(local)
         _check_imports(local, loaded, func)
+        local = localize_paths(local, loaded.folder.parent / "inputs")
     except Exception as exc:  # the step never ran: report why, as a failed step
         return TaskResult(node=task.node, error="".join(traceback.format_exception(exc)),
                           error_type=type(exc).__name__)
@@ -169,3 +170,37 @@ def _check_imports(task: Task, loaded: _Loaded, func: Any) -> None:
             raise SnapshotMismatchError(
                 f"step {task.node!r}: {rel} on this worker differs from the run's code "
                 f"snapshot {loaded.hash[:12]}; refusing to run other code under its cache key.")
+
+
+def localize_paths(task: Task, base: Path) -> Task:
+    """``File``/``Dir`` inputs that do not exist on this machine (the driver's files, on
+    a node elsewhere), copied out of the artifact store, where the driver stored them
+    when it hashed them: the step reads exactly the bytes its cache key names."""
+    from reprise.store._artifacts import open_artifact_store
+    from reprise.store._materializers import load_object
+
+    inputs, store = dict(task.inputs), None
+    for name, (kind, payload) in task.inputs.items():
+        art = payload.get("artifact") if kind == "path" else None
+        if art is None or os.path.exists(payload["path"]):
+            continue
+        store = store or open_artifact_store(task.artifacts_url)
+        dest = base / art["hash"][:24] / (Path(payload["path"]).name or "input")
+        if not dest.exists():
+            base.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".part-", dir=base))
+            part = tmp / dest.name
+            if payload["kind"] == "dir":
+                load_object(store, art["hash"], art["materializer"], art.get("meta") or {},
+                            dest=part)
+            else:
+                store.copy_to(art["hash"], part, verify=True)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.replace(part, dest)  # whole or not at all: another task may race us here
+            except OSError:
+                if not dest.exists():
+                    raise
+            shutil.rmtree(tmp, ignore_errors=True)
+        inputs[name] = ("path", {**payload, "path": str(dest)})
+    return dataclasses.replace(task, inputs=inputs)
