@@ -154,3 +154,16 @@ def test_a_path_input_missing_on_the_worker_comes_from_the_artifact_store(
     path = Path(got["x"][1]["path"])
     assert path.is_relative_to(tmp_path / "inputs") and got["n"] == ("value", 3)
     assert (path / "a.txt" if kind == "dir" else path).read_text() == "rows"
+
+
+def test_snapshot_folders_of_dead_workers_are_swept(tmp_path: Path) -> None:
+    import os
+
+    from reprise.pipeline._ship import _sweep
+
+    dead, live, other = (tmp_path / "0123abcd-99999999-x1", tmp_path / f"0123abcd-{os.getpid()}-x2",
+                         tmp_path / "inputs")
+    for folder in (dead, live, other):
+        folder.mkdir()
+    _sweep(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])

@@ -113,8 +113,9 @@ def _fetch(task: Task, h: str) -> _Loaded:
             "its cache key. Run `reprise fsck`, then run the pipeline again.") from exc
     base = Path(tempfile.gettempdir()) / "reprise-code"
     base.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix=f"{h[:12]}-", dir=base)).resolve()
-    atexit.register(shutil.rmtree, folder, True)
+    _sweep(base)
+    folder = Path(tempfile.mkdtemp(prefix=f"{h[:12]}-{os.getpid()}-", dir=base)).resolve()
+    atexit.register(shutil.rmtree, folder, True)  # Ray may kill the worker: see _sweep
     manifest: dict[str, str] = {}
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
         for member in tar.getmembers():
@@ -123,6 +124,25 @@ def _fetch(task: Task, h: str) -> _Loaded:
                 manifest[member.name] = hash_bytes(f.read() if f is not None else b"")
         tar.extractall(folder, filter="data")  # refuses absolute paths, '..', devices
     return _Loaded(h, folder, manifest, [str(p) for p in snapshot_sys_path(folder)])
+
+
+def _sweep(base: Path) -> None:
+    """Remove the snapshot folders of worker processes that are gone (Ray ends a job's
+    workers with SIGKILL, so their exit handlers never run)."""
+    for folder in base.iterdir():
+        parts = folder.name.split("-")
+        if len(parts) == 3 and parts[1].isdigit() and not _alive(int(parts[1])):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 def _forget(loaded: _Loaded) -> None:
