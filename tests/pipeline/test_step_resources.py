@@ -4,6 +4,7 @@ is asked for, what is refused, and the error when Ray is not installed."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,16 @@ def test_a_bad_address_is_refused_before_ray_is_asked() -> None:
         _check_reachable("nowhere", 1.0)
     with pytest.raises(UserError, match="cannot reach the Ray cluster at '127.0.0.1:9'"):
         _check_reachable("127.0.0.1:9", 1.0)
+    import socket
+
+    with socket.socket() as listener:  # accepts connections, never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        t0 = time.monotonic()
+        with pytest.raises(UserError, match="does not answer as a Ray cluster within 1 s"):
+            _check_reachable(f"127.0.0.1:{port}", 1.0)
+        assert time.monotonic() - t0 < 5
 
 
 def test_config_executor_section(tmp_path: Path) -> None:

@@ -190,10 +190,37 @@ def _check_reachable(address: str, timeout: float) -> None:
     if not sep or not host or not port.isdigit():
         raise UserError(f"Ray address {address!r} must be auto, HOST:PORT or ray://HOST:PORT.")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            pass
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as sock:
+            answers = _speaks_http2(sock)
     except OSError as exc:
         raise UserError(
             f"cannot reach the Ray cluster at {address!r} ({exc}); start it with "
             "`ray start --head` there, or fix --ray-address / [executor] address in "
             ".reprise/config.toml.") from None
+    if not answers:
+        raise UserError(
+            f"{address!r} accepts connections but does not answer as a Ray cluster within "
+            f"{timeout:g} s; check --ray-address / [executor] address (the head's GCS port, "
+            "6379 by default, or ray://HOST:10001 for Ray Client).")
+
+
+# The HTTP/2 client preface and an empty SETTINGS frame (RFC 9113, 3.4 and 6.5).
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def _speaks_http2(sock: socket.socket) -> bool:
+    """Whether the listener answers the HTTP/2 preface with a SETTINGS frame, as every
+    gRPC server does (Ray's GCS and its client server are gRPC). Written by hand because
+    Ray's Python package does not bring grpcio, and ray.init itself would wait minutes
+    on a listener that never answers."""
+    try:
+        sock.sendall(_H2_PREFACE)
+        head = b""
+        while len(head) < 9:
+            chunk = sock.recv(9 - len(head))
+            if not chunk:
+                return False
+            head += chunk
+    except OSError:  # timed out or reset
+        return False
+    return head[3] == 0x04  # the server's first frame: SETTINGS
