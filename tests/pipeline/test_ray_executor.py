@@ -98,9 +98,19 @@ def crashy(marks: str) -> int:
     return 2
 
 
+@step(cache=False, retries=1)
+def crashy_own(marks: str) -> int:
+    path = os.path.join(marks, "crashy_own.try")
+    first = not os.path.exists(path)
+    open(path, "a").write("x")
+    if first:
+        os._exit(3)  # a failed attempt of a step with retries of its own
+    return 3
+
+
 @reprise.pipeline
 def retrying(marks: str = "."):
-    return flaky(marks), crashy(marks)
+    return flaky(marks), crashy(marks), crashy_own(marks)
 
 
 @step(cache=False)
@@ -280,9 +290,20 @@ def test_retries_exceptions_by_the_step_and_crashes_by_ray(proj: dict[str, Any])
     marks = proj["root"] / "marks-retry"
     marks.mkdir()
     out = run_json(proj, *on_ray(proj, "faults.py:retrying", "-p", f"marks={marks}"))
-    assert sorted(out["executed"]) == ["crashy", "flaky"]
+    assert sorted(out["executed"]) == ["crashy", "crashy_own", "flaky"]
     assert (marks / "flaky.try").read_text() == "xx"  # failed once, retried by the runner
     assert (marks / "crashy.try").read_text() == "xx"  # its worker died once, Ray re-ran it
+    assert (marks / "crashy_own.try").read_text() == "xx"  # the step's own retry
+    import reprise
+
+    ws = reprise.open_workspace(proj["root"])
+    try:
+        ws.recover()
+        attempts = {s["step_name"]: (s.get("details") or {}).get("attempts")
+                    for s in ws.metadata.get_step_runs(out["run_id"])}
+    finally:
+        ws.close()
+    assert attempts.get("crashy_own") == 2 and attempts.get("flaky") == 2, attempts
 
 
 def test_the_snapshotted_code_runs_on_the_second_node(proj: dict[str, Any]) -> None:

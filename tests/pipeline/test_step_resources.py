@@ -30,7 +30,7 @@ def test_declared_resources_become_the_ray_tasks_options() -> None:
 
     assert ray_options(_task(heavy)) == {
         "num_cpus": 2.0, "num_gpus": 0.5, "memory": 2**30, "resources": {"reprise_node2": 1.0},
-        "max_retries": 3, "retry_exceptions": False}
+        "max_retries": 0, "retry_exceptions": False}  # its own retries cover crashes
 
 
 def test_default_is_one_cpu_and_crash_retries_only() -> None:

@@ -8,9 +8,9 @@ A task carries the run's code snapshot by hash, and the worker runs exactly that
 code (see ``._ship``).
 
 Failures: an exception in a step comes back as the step's traceback (the runner
-retries it as often as the step's ``retries`` says); a worker that dies (killed,
-out of memory, its node lost) is Ray's to retry, ``max_retries`` times (the
-step's ``retries`` when set, else :data:`CRASH_RETRIES`). ``shutdown(cancel=True)``
+retries it as often as the step's ``retries`` says, and a dead worker counts as a
+failed attempt too); for a step without ``retries``, a worker that dies (killed,
+out of memory, its node lost) is Ray's to retry, :data:`CRASH_RETRIES` times. ``shutdown(cancel=True)``
 (Ctrl-C) cancels every task still running with ``ray.cancel(force=True)``, which
 kills its worker process.
 
@@ -55,8 +55,10 @@ def ray_options(task: Task) -> dict[str, Any]:
     from reprise.pipeline._step import Resources
 
     res = task.resources if isinstance(task.resources, Resources) else Resources.of(None)
+    # A step with retries of its own gets them for crashes too (a dead worker comes back
+    # as a failed attempt, which the runner re-submits); Ray retries the others' crashes.
     opts: dict[str, Any] = {"num_cpus": res.cpus, "num_gpus": res.gpus,
-                            "max_retries": task.retries or CRASH_RETRIES,
+                            "max_retries": 0 if task.retries else CRASH_RETRIES,
                             "retry_exceptions": False}
     if res.memory is not None:
         opts["memory"] = res.memory
@@ -112,8 +114,10 @@ class RayExecutor(Executor):
         try:
             self.ray.init(address=address, log_to_driver=False,
                           logging_level=logging.WARNING, configure_logging=False)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
+        except BaseException as exc:
             sys.stdout = self._stdout
+            if not isinstance(exc, (ConnectionError, RuntimeError, ValueError)):
+                raise
             raise UserError(
                 f"cannot connect to the Ray cluster at {address or 'a new local instance'!r}: "
                 f"{exc}. Start one with `ray start --head`, or pass --ray-address "
