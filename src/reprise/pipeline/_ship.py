@@ -53,7 +53,13 @@ def ship(task: Task) -> Task:
 
     rel = (snapshot_path(Path(task.module_file), Path(task.code["root"]))
            if task.module_file else None)
-    return dataclasses.replace(task, sys_path=[], module_file=None,
+    # the read watch's hash cache is a folder of the driver's workspace: a speed-up only,
+    # and a path that may not exist (or not be writable) on the worker's machine
+    from reprise.pipeline._reads import WatchSpec
+
+    watch = (dataclasses.replace(task.watch, hash_cache=None)
+             if isinstance(task.watch, WatchSpec) else task.watch)
+    return dataclasses.replace(task, sys_path=[], module_file=None, watch=watch,
                                code={**task.code, "module_rel": rel})
 
 
