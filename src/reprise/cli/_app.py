@@ -43,6 +43,12 @@ app.add_typer(monitor_app, name="monitor")
 app.command("predict")(_predict)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+ExecutorOpt = Annotated[str | None, typer.Option(
+    help="Where steps run: local (processes here) or ray (a Ray cluster). Default: [executor] "
+         "kind in .reprise/config.toml, else local.")]
+RayAddressOpt = Annotated[str | None, typer.Option(
+    help="Ray cluster for --executor ray: auto, HOST:PORT or ray://HOST:PORT. Default: "
+         "[executor] address, else a Ray instance started on this machine.")]
 
 
 def _version(value: bool) -> None:
@@ -224,13 +230,16 @@ def run(
         "--step", help="Run only this step and what it needs; repeatable.")] = None,
     progress: Annotated[str, typer.Option(help="auto, live, lines or none.")] = "auto",
     as_json: JsonOpt = False,
+    executor: ExecutorOpt = None,
+    ray_address: RayAddressOpt = None,
 ) -> None:
     """Run a pipeline: unchanged steps are reused from the cache."""
     from reprise.cli._fast import run_command
 
     code = run_command(target, params=param or [], seed=seed, workers=workers,
                        no_cache=no_cache, force=force or [], steps=steps or [],
-                       progress=progress, as_json=as_json)
+                       progress=progress, as_json=as_json, executor=executor,
+                       ray_address=ray_address)
     if code:
         raise typer.Exit(code)
 
@@ -295,6 +304,8 @@ def verify(
     ] = None,
     workers: Annotated[int | None, typer.Option(help="Parallel worker processes.")] = None,
     as_json: JsonOpt = False,
+    executor: ExecutorOpt = None,
+    ray_address: RayAddressOpt = None,
 ) -> None:
     """Re-execute a run with the cache off and prove its outputs identical. Exit 1 if not."""
     import sys
@@ -302,7 +313,8 @@ def verify(
     from reprise.pipeline._verify import verify_run
 
     report = verify_run(_ws(), run_id, steps=steps, tolerance=tolerance, workers=workers,
-                        stream=None if as_json else sys.stderr)
+                        stream=None if as_json else sys.stderr, executor=executor,
+                        ray_address=ray_address)
     if as_json:
         render.print_json(report.to_dict())
     else:

@@ -43,7 +43,8 @@ def workspace() -> Any:
 
 def run_command(target: str, *, params: list[str], seed: int, workers: int | None,
                 no_cache: bool, force: list[str], steps: list[str], progress: str,
-                as_json: bool) -> int:
+                as_json: bool, executor: str | None = None, ray_address: str | None = None,
+                ) -> int:
     """Run a pipeline from the command line; return the exit code (1 if a step failed)."""
     from reprise.cli._render import parse_pairs, print_json
     from reprise.core.errors import UserError
@@ -61,7 +62,8 @@ def run_command(target: str, *, params: list[str], seed: int, workers: int | Non
     try:
         result = run_pipeline(pipe, values, seed=seed, workers=workers, cache=not no_cache,
                               force=force, workspace=ws, steps=steps or None,
-                              progress=make_progress("none" if as_json else progress))
+                              progress=make_progress("none" if as_json else progress),
+                              executor=executor, executor_address=ray_address)
     except StepFailedError as exc:
         print(exc.error, file=sys.stderr)
         print(f"error: {exc}", file=sys.stderr)
@@ -194,6 +196,8 @@ def _run_parser() -> argparse.ArgumentParser:
     ap.add_argument("--step", action="append", default=[])
     ap.add_argument("--progress", default="auto")
     ap.add_argument("--json", action="store_true", dest="as_json")
+    ap.add_argument("--executor", default=None)
+    ap.add_argument("--ray-address", default=None)
     return ap
 
 
@@ -264,7 +268,8 @@ def _fast_run(argv: list[str]) -> int:
     ns = _run_parser().parse_args(argv)
     return run_command(ns.target, params=ns.param, seed=ns.seed, workers=ns.workers,
                        no_cache=ns.no_cache, force=ns.force, steps=ns.step,
-                       progress=ns.progress, as_json=ns.as_json)
+                       progress=ns.progress, as_json=ns.as_json, executor=ns.executor,
+                       ray_address=ns.ray_address)
 
 
 def _fast_data_add(argv: list[str]) -> int:

@@ -66,6 +66,14 @@ watch_reads = true
 # Paths (absolute, ~/..., or relative to this project) and variable names not to watch.
 ignore_reads = []
 ignore_env = []
+
+[executor]
+# Where `reprise run` executes steps: "local" (processes on this machine) or "ray".
+# The command line's --executor and --ray-address override these.
+kind = "local"
+# The Ray cluster: "auto" (the one `ray start` began here), "HOST:PORT" (the head),
+# "ray://HOST:PORT" (Ray Client); empty starts a Ray instance on this machine per run.
+address = ""
 """
 
 
@@ -87,6 +95,10 @@ class Config:
     """Read-through cache of remote blobs ("" = the store's default)."""
     artifacts_cache_size: int | None = None
     """Its limit in bytes (None = the store's default, 0 = no cache)."""
+    executor: str = "local"
+    """Where steps run: ``local`` or ``ray`` ([executor] kind)."""
+    executor_address: str = ""
+    """The Ray cluster's address ([executor] address); empty: a local Ray instance."""
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -162,6 +174,7 @@ def load_config(root: str | os.PathLike[str] | None = None) -> Config:
     arts = _section(raw, "artifacts", path)
     tracking = _section(raw, "tracking", path)
     pipeline = _section(raw, "pipeline", path)
+    executor = _section(raw, "executor", path)
     store_url = os.environ.get("REPRISE_STORE_URL") or str(store.get("url") or "")
     artifacts_url = os.environ.get("REPRISE_ARTIFACTS_URL") or str(arts.get("url") or "")
     if not store_url:
@@ -179,6 +192,8 @@ def load_config(root: str | os.PathLike[str] | None = None) -> Config:
         ignore_env=_strings(pipeline, "ignore_env", path),
         artifacts_cache_dir=_cache_dir(arts, base, path),
         artifacts_cache_size=_cache_size(arts, path),
+        executor=_executor_kind(executor, path),
+        executor_address=_text(executor, "address", path),
         raw=raw,
     )
 
@@ -240,3 +255,17 @@ def _cache_size(section: dict[str, Any], path: Path) -> int | None:
     if "cache_size" not in section:
         return None
     return parse_size(section["cache_size"], f"{path}: [artifacts] cache_size")
+
+
+def _executor_kind(section: dict[str, Any], path: Path) -> str:
+    value = section.get("kind", "local")
+    if value not in ("local", "ray"):
+        raise ConfigError(f'{path}: [executor] kind must be "local" or "ray", got {value!r}.')
+    return str(value)
+
+
+def _text(section: dict[str, Any], key: str, path: Path) -> str:
+    value = section.get(key, "")
+    if not isinstance(value, str):
+        raise ConfigError(f"{path}: [executor] {key} must be a string, got {value!r}.")
+    return value.strip()

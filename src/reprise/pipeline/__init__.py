@@ -20,6 +20,7 @@ __all__ = [
     "Pipeline",
     "PipelineDefinitionError",
     "PipelineResult",
+    "RayExecutor",
     "Step",
     "StepFailedError",
     "StepOutput",
@@ -35,7 +36,7 @@ def __getattr__(name: str) -> object:
     import importlib
 
     lazy = {"PipelineResult": "_runner", "StepFailedError": "_runner", "run_pipeline": "_runner",
-            "load_pipeline": "_load", "verify_run": "_verify"}
+            "load_pipeline": "_load", "verify_run": "_verify", "RayExecutor": "_ray"}
     if name in lazy:
         return getattr(importlib.import_module(f"reprise.pipeline.{lazy[name]}"), name)
     raise AttributeError(f"module 'reprise.pipeline' has no attribute {name!r}")

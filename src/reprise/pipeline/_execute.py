@@ -43,6 +43,11 @@ class Task:
     scope: dict[str, Any] | None = None  # the environment part of the cache key (._scope)
     watch: Any = None  # a ._reads.WatchSpec: record the files and variables the step reads
     artifacts_options: dict[str, Any] = field(default_factory=dict)  # cache_dir/size
+    # the run's code snapshot ({hash, materializer, root}): what a worker on another
+    # machine imports instead of sys_path (see ._ship)
+    code: dict[str, Any] | None = None
+    resources: Any = None  # the step's ._step.Resources, for executors that place work
+    retries: int = 0  # the step's own retries (the runner re-submits a failed attempt)
 
 
 @dataclass

@@ -7,6 +7,9 @@
 ``LocalExecutor`` runs a task in this process when it is the only one ready
 (no start-up cost, the common case for a chain of steps) and in a pool of
 ``spawn``-ed worker processes when independent branches are ready together.
+``RayExecutor`` (``._ray``, ``--executor ray``) runs each task as a Ray task on a
+cluster, placed by the step's declared resources, with the run's code snapshot
+shipped to the worker (``._ship``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from typing import Any
 from reprise.core._orphan import exit_with_parent
 from reprise.pipeline._execute import Task, TaskResult, execute_task
 
-__all__ = ["Executor", "InProcessExecutor", "LocalExecutor"]
+__all__ = ["EXECUTORS", "Executor", "InProcessExecutor", "LocalExecutor", "open_executor"]
+
+EXECUTORS = ("local", "ray")
 
 
 class Executor(abc.ABC):
@@ -97,3 +102,22 @@ class LocalExecutor(Executor):
                     p.join(timeout=5)
         else:
             pool.shutdown(wait=True)
+
+
+def open_executor(kind: str | None = None, *, address: str | None = None,
+                  workers: int | None = None, store: Any = None) -> Executor:
+    """The executor named ``kind`` (``local``, the default, or ``ray``); ``address``
+    is the Ray cluster's (see :class:`~reprise.pipeline._ray.RayExecutor`)."""
+    from reprise.core.errors import UserError
+
+    kind = kind or "local"
+    if kind not in EXECUTORS:
+        raise UserError(f"executor {kind!r} does not exist; use one of {', '.join(EXECUTORS)}.")
+    if kind == "ray":
+        from reprise.pipeline._ray import RayExecutor
+
+        return RayExecutor(address, store=store)
+    if address:
+        raise UserError("a Ray address was given with the local executor; add --executor ray "
+                        "(or set kind = \"ray\" under [executor] in .reprise/config.toml).")
+    return LocalExecutor(workers, store=store)

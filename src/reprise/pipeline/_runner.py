@@ -26,7 +26,7 @@ from reprise.core._ids import new_id
 from reprise.core.errors import RepriseError, UserError
 from reprise.pipeline._cache import CACHE_FORMAT_VERSION, StepCache
 from reprise.pipeline._execute import ARTIFACT_PREFIX, Task, TaskResult, module_file
-from reprise.pipeline._executors import Executor, LocalExecutor
+from reprise.pipeline._executors import Executor
 from reprise.pipeline._files import FileHasher, PathInput, is_external
 from reprise.pipeline._pipeline import Graph, Node, Pipeline, is_gather
 from reprise.pipeline._reads import (
@@ -119,8 +119,12 @@ def step_seed(run_seed: int, step_name: str) -> int:
 def run_pipeline(pipe: Pipeline, raw_params: Mapping[str, Any], *, seed: int = 0,
                  workers: int | None = None, cache: bool = True, force: Iterable[str] = (),
                  workspace: Any = None, progress: Any = None, steps: Iterable[str] | None = None,
-                 executor: Executor | None = None, tags: Mapping[str, str] | None = None,
-                 pipeline_ref: str | None = None) -> PipelineResult:
+                 executor: Executor | str | None = None, tags: Mapping[str, str] | None = None,
+                 pipeline_ref: str | None = None,
+                 executor_address: str | None = None) -> PipelineResult:
+    """Run ``pipe``. ``executor``: an :class:`Executor`, or ``"local"``/``"ray"``;
+    None takes ``[executor]`` of the workspace's config (local by default), and
+    ``executor_address`` (else the config's) is the Ray cluster's address."""
     from reprise.tracking._api import resolve_workspace, start_run
 
     t_begin = time.perf_counter()
@@ -157,18 +161,24 @@ def run_pipeline(pipe: Pipeline, raw_params: Mapping[str, Any], *, seed: int = 0
     ref = pipeline_ref or _pipeline_ref(ws, pipe, mod_file)
     run_tags = {"reprise.pipeline": ref, "reprise.code_snapshot": snapshot["hash"],
                 "reprise.cache": "on" if cache else "off", **(tags or {})}
-    run = start_run(name=pipe.name, params=params_record, tags=run_tags, kind="pipeline",
-                    seed=seed, workspace=ws, system_metrics_interval=0, defer_ingest=True)
+    ex = _open_executor(ws, executor, executor_address, workers, store)
+    try:
+        run = start_run(name=pipe.name, params=params_record, tags=run_tags, kind="pipeline",
+                        seed=seed, workspace=ws, system_metrics_interval=0, defer_ingest=True)
+    except BaseException:
+        ex.shutdown(cancel=True)
+        raise
     run.record_artifact("code", snapshot)
 
     states = {n: NodeState(n) for n in graph.nodes}
     if progress is not None:
         progress.start(run.id, pipe.name, [n for n in graph.nodes if n in selected])
-    ex = executor or LocalExecutor(workers, store=store)
     step_cache = StepCache(ws.config.workspace_dir / "cache" / "steps")
     sys_path = [p for p in sys.path if p]
     ctx = _RunContext(graph, states, fps, raw_inputs, store, step_cache, run, seed, sys_path,
-                      cache, forced, progress, ws, hasher, _watch_spec(ws))
+                      cache, forced, progress, ws, hasher, _watch_spec(ws),
+                      code={"hash": snapshot["hash"], "materializer": snapshot["materializer"],
+                            "root": str(ws.root)})
     status, error = "finished", None
     failed_step: tuple[str, str] | None = None
     try:
@@ -204,6 +214,18 @@ def run_pipeline(pipe: Pipeline, raw_params: Mapping[str, Any], *, seed: int = 0
     return result
 
 
+def _open_executor(ws: Any, executor: Executor | str | None, address: str | None,
+                   workers: int | None, store: Any) -> Executor:
+    if isinstance(executor, Executor):
+        return executor
+    from reprise.pipeline._executors import open_executor
+
+    kind = executor or ws.config.executor
+    if address is None and kind == "ray":
+        address = ws.config.executor_address or None
+    return open_executor(kind, address=address, workers=workers, store=store)
+
+
 def _result(run: Any, pipe: Pipeline, states: dict[str, NodeState], t0: float, ws: Any,
             graph: Graph, status: str) -> PipelineResult:
     return PipelineResult(run_id=run.id, pipeline=pipe.name, status=status, nodes=states,
@@ -227,6 +249,7 @@ class _RunContext:
     ws: Any
     hasher: FileHasher
     watch: WatchSpec | None  # None: reads are not watched (config watch_reads = false)
+    code: dict[str, Any] | None = None  # the code snapshot, for executors that ship it
 
 
 def _watch_spec(ws: Any) -> WatchSpec | None:
@@ -322,7 +345,8 @@ def _prepare(ctx: _RunContext, node: Node) -> tuple[str, Task, dict[str, Any]]:
         elif isinstance(value, PathInput):
             raw = ctx.raw_inputs[str(value.path)]
             input_hashes[pname] = raw["content_hash"]
-            task_inputs[pname] = ("path", {"kind": value.kind, "path": str(value.path)})
+            task_inputs[pname] = ("path", {"kind": value.kind, "path": str(value.path),
+                                           "artifact": _load_spec(raw["artifact"])})
         elif is_external(value):
             raw = ctx.raw_inputs[value.reprise_input_key()]
             input_hashes[pname] = raw["content_hash"]
@@ -346,7 +370,8 @@ def _prepare(ctx: _RunContext, node: Node) -> tuple[str, Task, dict[str, Any]]:
     task = Task(node=node.name, module=step_.module, qualname=step_.qualname,
                 module_file=module_file(step_.module), inputs=task_inputs, seed=seed,
                 artifacts_url=str(ctx.ws.config.artifacts_url), sys_path=ctx.sys_path,
-                run_id=ctx.run.id, scope=parts["env"], watch=ctx.watch,
+                run_id=ctx.run.id, scope=parts["env"], watch=ctx.watch, code=ctx.code,
+                resources=step_.resources, retries=step_.retries,
                 artifacts_options=ctx.ws.config.artifacts_options)
     return key, task, parts
 

@@ -32,13 +32,26 @@ class PipelineDefinitionError(UserError):
     """A pipeline or step is defined or wired wrongly (found before anything runs)."""
 
 
+# Ray's own names for these: a custom resource may not take them (it would shadow them)
+_RESERVED = {"cpu", "cpus", "num_cpus", "gpu", "gpus", "num_gpus", "memory", "mem",
+             "object_store_memory", "accelerator_type"}
+
+
 @dataclass(frozen=True)
 class Resources:
-    """Hints for executors: CPUs, GPUs and memory (bytes) one execution needs."""
+    """What one execution needs: CPUs, GPUs, memory (bytes) and custom resources.
+
+    Executors that place work (Ray) schedule the step only where these are free;
+    custom resources (any other name, e.g. ``{"reprise_node2": 1}``) are the
+    cluster's own labels (``ray start --resources``). The local executor runs every
+    step on this machine. Resources are not part of the cache key: where a step runs
+    does not change what it computes.
+    """
 
     cpus: float = 1.0
     gpus: float = 0.0
     memory: int | None = None
+    custom: tuple[tuple[str, float], ...] = ()
 
     @classmethod
     def of(cls, value: Resources | Mapping[str, Any] | None) -> Resources:
@@ -46,14 +59,33 @@ class Resources:
             return cls()
         if isinstance(value, Resources):
             return value
-        unknown = set(value) - {"cpus", "gpus", "memory", "cpu", "gpu"}
-        if unknown:
+        if not isinstance(value, Mapping):
             raise PipelineDefinitionError(
-                f"unknown resources {sorted(unknown)}; use cpus=, gpus= and memory= (bytes)."
-            )
-        return cls(cpus=float(value.get("cpus", value.get("cpu", 1.0))),
-                   gpus=float(value.get("gpus", value.get("gpu", 0.0))),
-                   memory=value.get("memory"))
+                f"resources must be a dict such as {{'cpus': 2, 'gpus': 1}}, got {value!r}.")
+        known = {"cpus", "gpus", "memory", "cpu", "gpu"}
+        custom = []
+        for name in sorted(set(value) - known, key=str):
+            if not isinstance(name, str) or not name or name.lower() in _RESERVED:
+                raise PipelineDefinitionError(
+                    f"resource name {name!r} is not allowed; use cpus=, gpus= and memory= "
+                    "(bytes), and any other name for a custom resource of the cluster.")
+            custom.append((name, _amount(name, value[name])))
+        memory = value.get("memory")
+        if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int)
+                                   or memory <= 0):
+            raise PipelineDefinitionError(
+                f"resources: memory must be a positive number of bytes, got {memory!r}.")
+        return cls(cpus=_amount("cpus", value.get("cpus", value.get("cpu", 1.0))),
+                   gpus=_amount("gpus", value.get("gpus", value.get("gpu", 0.0))),
+                   memory=memory, custom=tuple(custom))
+
+
+def _amount(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 \
+            or value == float("inf"):
+        raise PipelineDefinitionError(
+            f"resources: {name} must be a finite number >= 0, got {value!r}.")
+    return float(value)
 
 
 @dataclass(frozen=True)

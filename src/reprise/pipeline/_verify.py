@@ -60,8 +60,15 @@ class VerifyReport:
 
 def verify_run(ws: Any, run_ref: str, *, steps: Iterable[str] | None = None,
                tolerance: float | None = None, workers: int | None = None,
-               keep_scratch: bool = False, stream: Any = None) -> VerifyReport:
-    """Re-execute pipeline run ``run_ref`` with the cache off and compare its outputs."""
+               keep_scratch: bool = False, stream: Any = None, executor: str | None = None,
+               ray_address: str | None = None) -> VerifyReport:
+    """Re-execute pipeline run ``run_ref`` with the cache off and compare its outputs;
+    ``executor`` (``local``/``ray``) and ``ray_address`` say where, as for ``run``."""
+    from reprise.pipeline._executors import EXECUTORS
+
+    if executor is not None and executor not in EXECUTORS:
+        raise UserError(f"--executor {executor!r} does not exist; use one of "
+                        f"{', '.join(EXECUTORS)}.")
     if tolerance is not None and (tolerance < 0 or tolerance != tolerance):
         raise UserError(f"--tolerance must be a non-negative number, got {tolerance}.")
     meta = ws.metadata
@@ -84,7 +91,8 @@ def verify_run(ws: Any, run_ref: str, *, steps: Iterable[str] | None = None,
         raise UserError(f"run {rec.id} has no code snapshot; it cannot be re-executed.")
     scratch = Path(tempfile.mkdtemp(prefix="reprise-verify-"))
     try:
-        new_id, failure = _replay_in_subprocess(ws, rec, scratch, wanted, workers, stream)
+        new_id, failure = _replay_in_subprocess(ws, rec, scratch, wanted, workers, stream,
+                                                executor, ray_address)
         checks = _determinism_checks(scratch / DETERMINISM_FILE)
     finally:
         if not keep_scratch:
@@ -148,9 +156,11 @@ def _upstream_names(steps: list[dict[str, Any]], wanted: list[str]) -> set[str]:
 
 
 def _replay_in_subprocess(ws: Any, rec: Any, scratch: Path, steps: list[str],
-                          workers: int | None, stream: Any) -> tuple[str | None, str | None]:
+                          workers: int | None, stream: Any, executor: str | None = None,
+                          ray_address: str | None = None) -> tuple[str | None, str | None]:
     spec = {"workspace": str(ws.root), "run_id": rec.id, "scratch": str(scratch),
-            "steps": steps, "workers": workers}
+            "steps": steps, "workers": workers, "executor": executor,
+            "ray_address": ray_address}
     env = {**os.environ, "REPRISE_WORKSPACE": str(ws.root),
            "REPRISE_CHECK_DETERMINISM": str(scratch / DETERMINISM_FILE),
            "REPRISE_CHECK_DETERMINISM_STEPS": str(DETERMINISM_STEPS)}
@@ -190,7 +200,9 @@ def _replay(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         result = run_pipeline(pipe, params, seed=rec.seed or 0, workers=spec.get("workers"),
                               cache=False, workspace=ws, progress=LineProgress(sys.stderr),
-                              steps=spec.get("steps") or None, tags=tags, pipeline_ref=ref)
+                              steps=spec.get("steps") or None, tags=tags, pipeline_ref=ref,
+                              executor=spec.get("executor"),
+                              executor_address=spec.get("ray_address"))
         return {"run_id": result.run_id}
     except StepFailedError as exc:
         return {"run_id": exc.run_id, "error": exc.error}
