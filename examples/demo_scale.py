@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -111,11 +112,13 @@ def pg_database() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def ray_head() -> Iterator[str]:
-    """``ray start --head`` on loopback (1 CPU per task slot, 2 slots); its address."""
+def ray_head(node_env: dict[str, str]) -> Iterator[str]:
+    """``ray start --head`` on loopback (1 CPU per task slot, 2 slots); its address.
+    ``node_env``: what a node of a real cluster has from its own machine (here the
+    bucket's endpoint and credentials, the AWS chain a step's worker reads)."""
     port = _free_port()
     temp = Path(tempfile.mkdtemp(prefix="rd", dir="/tmp"))  # Ray's socket paths are short
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    env = {**os.environ, **node_env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
            "RAY_USAGE_STATS_ENABLED": "0"}
     log = open(temp / "launcher.log", "wb")  # noqa: SIM115 - closed below
     ray = Path(sys.executable).with_name("ray")
@@ -141,6 +144,23 @@ def ray_head() -> Iterator[str]:
         shutil.rmtree(temp, ignore_errors=True)
 
 
+def _set(text: str, section: str, key: str, value: str) -> str:
+    """``key = "value"`` in ``[section]`` of the config file ``reprise init`` wrote (the
+    line that sets or comments out that key; else a new line under the header)."""
+    lines = text.splitlines()
+    start = lines.index(f"[{section}]")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("[")),
+               len(lines))
+    entry = f'{key} = "{value}"'
+    for i in range(start + 1, end):
+        if re.match(rf"#?\s*{key}\s*=", lines[i]):
+            lines[i] = entry
+            break
+    else:
+        lines.insert(start + 1, entry)
+    return "\n".join(lines) + "\n"
+
+
 def reprise(project: Path, env: dict[str, str], *args: str, capture: bool = False) -> str:
     print(f"\n$ reprise {' '.join(args)}", flush=True)
     res = subprocess.run([sys.executable, "-m", "reprise.cli", *args], cwd=project, env=env,
@@ -155,21 +175,32 @@ def main() -> None:
     from demo import export_data  # the same data as `make demo`
 
     export_data()
-    with tempfile.TemporaryDirectory(prefix="reprise-scale-") as tmp, s3_server() as (
-            endpoint, bucket), pg_database() as pg_url, ray_head() as address:
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="reprise-scale-"))
+        endpoint, bucket = stack.enter_context(s3_server())
+        pg_url = stack.enter_context(pg_database())
+        aws = {**AWS, "AWS_ENDPOINT_URL_S3": endpoint}
+        address = stack.enter_context(ray_head(aws))
         project = Path(tmp) / "tabular"
         shutil.copytree(HERE / "tabular", project,
                         ignore=shutil.ignore_patterns(".reprise", "reports", "__pycache__"))
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("REPRISE_", "AWS_"))}
-        env.update(AWS, AWS_ENDPOINT_URL_S3=endpoint, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+        env.update(aws, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
                    REPRISE_ARTIFACTS_CACHE_DIR=str(Path(tmp) / "blobcache"))
         reprise(project, env, "init", ".")
         config = project / ".reprise" / "config.toml"
-        config.write_text(config.read_text() + (
-            f'\n[store]\nurl = "{pg_url}"\n\n[artifacts]\nurl = "s3://{bucket}/demo"\n\n'
-            f'[executor]\nkind = "ray"\naddress = "{address}"\n'))
-        print(f"\n{config.relative_to(tmp)}:\n{config.read_text()}")
+        text = config.read_text()
+        for section, key, value in (("store", "url", pg_url),
+                                    ("artifacts", "url", f"s3://{bucket}/demo"),
+                                    ("executor", "kind", "ray"),
+                                    ("executor", "address", address)):
+            text = _set(text, section, key, value)
+        config.write_text(text)
+        print("\n.reprise/config.toml, the three settings that differ from a laptop's:")
+        for line in text.splitlines():
+            if line.startswith("[") or (line.startswith(("url", "kind", "address"))):
+                print("   ", line)
         reprise(project, env, "data", "add", "cancer", "data/cancer.csv", "--schema",
                 "schema.py:schema")
         run = json.loads(reprise(project, env, "run", "pipeline.py:tabular", "-p", "C=0.5",

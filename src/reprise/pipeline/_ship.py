@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from reprise.core._hashing import hash_bytes, hash_file
-from reprise.core.errors import RepriseError
+from reprise.core.errors import ArtifactNotFoundError, IntegrityError, RepriseError
 from reprise.pipeline._execute import Task, TaskResult, _resolve_function, execute_task
 
 __all__ = ["SnapshotMismatchError", "localize_paths", "run_shipped", "ship"]
@@ -109,10 +109,10 @@ def _fetch(task: Task, h: str) -> _Loaded:
     from reprise.pipeline._snapshot import snapshot_sys_path
     from reprise.store._artifacts import open_artifact_store
 
-    store = open_artifact_store(task.artifacts_url)
+    store = open_artifact_store(task.artifacts_url, **task.artifacts_options)
     try:
         data = store.get_bytes(h, verify=True)
-    except RepriseError as exc:
+    except (IntegrityError, ArtifactNotFoundError) as exc:
         raise SnapshotMismatchError(
             f"step {task.node!r}: the run's code snapshot {h[:12]} in the artifact store is "
             f"not the snapshot the run recorded ({exc}); refusing to run other code under "
@@ -210,7 +210,7 @@ def localize_paths(task: Task, base: Path) -> Task:
         art = payload.get("artifact") if kind == "path" else None
         if art is None or os.path.exists(payload["path"]):
             continue
-        store = store or open_artifact_store(task.artifacts_url)
+        store = store or open_artifact_store(task.artifacts_url, **task.artifacts_options)
         dest = base / art["hash"][:24] / (Path(payload["path"]).name or "input")
         if not dest.exists():
             base.mkdir(parents=True, exist_ok=True)
