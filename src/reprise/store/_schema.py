@@ -66,6 +66,8 @@ runs = Table(
     Column("energy_joules", Float),
     Column("energy_source", String(32)),
     Column("journal_offset", BigInteger, nullable=False, default=0),
+    # revision 0010 adds ix_runs_id_pattern (id varchar_pattern_ops) on PostgreSQL only,
+    # for id-prefix lookups; it is not declared here since SQLite has no such operator class
 )
 
 params = Table(
