@@ -253,10 +253,13 @@ class SqlMetadataStore(SqlMonitorMixin, SqlRequestLogMixin, SqlRolloutMixin,
                 {"run_id": run_id, "name": art["name"], "artifact_hash": art["hash"]}],
                 ["run_id", "name"])
         if batch.metrics:
-            conn.execute(s.metrics.insert(), [
-                {"run_id": run_id, "key": k, "step": st,
-                 "value": None if v != v else v, "timestamp": ts}
-                for k, st, v, ts in batch.metrics])
+            if self.dialect == "postgresql":
+                _copy_metrics(conn, run_id, batch.metrics)
+            else:
+                conn.execute(s.metrics.insert(), [
+                    {"run_id": run_id, "key": k, "step": st,
+                     "value": None if v != v else v, "timestamp": ts}
+                    for k, st, v, ts in batch.metrics])
         for step in batch.steps:
             self._ingest_step(conn, run_id, step)
         if batch.end is not None:
@@ -575,6 +578,19 @@ class SqlMetadataStore(SqlMonitorMixin, SqlRequestLogMixin, SqlRolloutMixin,
                 if key == "inputs":
                     edge["source"] = r["source"]
                 by_id[r["step_run_id"]][key].append(edge)
+
+
+def _copy_metrics(conn: Connection, run_id: str,
+                  points: Sequence[tuple[str, int, float, float]]) -> None:
+    """Insert metric points with PostgreSQL's COPY (psycopg 3's ``Cursor.copy``), inside
+    the caller's transaction: several times the rate of an executemany of INSERTs, the
+    bulk of ingestion (bench/bench_pg_ingest.py). NaN is stored as NULL, as elsewhere."""
+    cols = ", ".join(f'"{c}"' for c in ("run_id", "key", "step", "value", "timestamp"))
+    raw = conn.connection.driver_connection
+    assert raw is not None  # an open connection in a transaction
+    with raw.cursor() as cur, cur.copy(f"COPY metrics ({cols}) FROM STDIN") as copy:
+        for key, step, value, ts in points:
+            copy.write_row((run_id, key, step, None if value != value else value, ts))
 
 
 def _step_dict(r: Any) -> dict[str, Any]:
