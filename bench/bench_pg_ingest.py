@@ -9,7 +9,8 @@ process, ``log_batch`` of 1,000 points (MLflow's per-call limit), then
 for each writer count), processes started and imported before the clock starts (a
 "go" file), points/s = W * P / (last writer done - go). Every point is counted back
 from each store afterwards. Reprise on SQLite is measured too, for contrast (one
-file, writers serialised by its lock). MLflow is given ``postgresql+psycopg://``
+file, writers serialised by its lock). ``store_ingest``: the database side alone, one
+batch of 10 x P points through ``SqlMetadataStore.ingest`` (COPY on PostgreSQL). MLflow is given ``postgresql+psycopg://``
 because psycopg2, its default driver, is not installed here.
 
     python bench/bench_pg_ingest.py [--quick] [--points N] [--writers 1,4,16]
@@ -41,6 +42,8 @@ import reprise
 root, sync, i, points = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 ws = reprise.open_workspace(root)
 ws.metadata  # connect (and recover) before the clock starts, as a long-lived trainer has
+from reprise.tracking._api import environment
+environment(ws)  # the environment fingerprint: computed once per process, not ingestion
 (sync / f"ready.{i}").touch()
 while not (sync / "go").exists():
     time.sleep(0.001)
@@ -178,6 +181,31 @@ def mlflow_round(url: str, work: Path, writers: int, points: int) -> float:
     return writers * points / max(d["seconds"] for d in done)
 
 
+def store_ingest(url: str, points: int) -> float:
+    """Points/s of ``SqlMetadataStore.ingest`` of one batch of ``points`` (the database
+    side of ingestion alone: no journal file, no tracking process)."""
+    from reprise.core import new_id
+    from reprise.store import JournalBatch, SqlMetadataStore
+
+    store = SqlMetadataStore(url)
+    try:
+        rid = new_id()
+        store.ingest(rid, 0, JournalBatch(header={"id": rid, "name": "b", "started_at": 1.0},
+                                          end_offset=1))
+        now = time.time()
+        batch = JournalBatch(metrics=[("loss", i, 1.0 / (i + 1), now) for i in range(points)],
+                             end_offset=2)
+        t = time.perf_counter()
+        if not store.ingest(rid, 1, batch):
+            raise AssertionError("the batch was not applied")
+        dt = time.perf_counter() - t
+        if len(store.get_metrics(rid, "loss")) != points:
+            raise AssertionError("points missing after ingest")
+        return points / dt
+    finally:
+        store.close()
+
+
 def _mlflow_db() -> str:
     """A scratch database with MLflow's schema (its migrations run once, here)."""
     import logging
@@ -210,6 +238,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     work = WORK / "pg_ingest"
     samples: dict[str, list[float]] = {}
     load_before = os.getloadavg()
+    direct = []
+    for _ in range(args.repeats):
+        pg = _pg_db()
+        try:
+            direct.append(store_ingest(pg, 10 * args.points))
+        finally:
+            _drop_db(pg)
+    samples["store_ingest"] = direct
     for w in counts:
         for r in range(args.repeats):  # tools interleaved so drift hits all alike
             pg = _pg_db()
@@ -233,6 +269,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"{k}={v[-1]:,.0f}" for k, v in samples.items() if k.endswith(f"_{w}")))
     shutil.rmtree(work, ignore_errors=True)
     figures = {f"{k}_points_per_s": statistics.median(v) for k, v in samples.items()}
+    # store_ingest_points_per_s: one batch of 10 x points through SqlMetadataStore.ingest
     ratios: dict[str, float] = {}
     for w in counts:
         if not args.no_mlflow:
