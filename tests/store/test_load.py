@@ -236,7 +236,8 @@ def test_many_writers_small_postgresql(tmp_path: Path, pg_url: str) -> None:
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("isolation", ["serializable", "repeatable read"])
+@pytest.mark.parametrize("isolation", [
+    "serializable", pytest.param("repeatable read", marks=pytest.mark.reliability)])
 def test_many_writers_on_a_server_defaulting_to_strict_isolation(
         tmp_path: Path, pg_url: str, isolation: str) -> None:
     """A DBA may set default_transaction_isolation; the store's locking needs READ
@@ -308,3 +309,57 @@ def test_many_writers_full_sqlite(tmp_path: Path) -> None:
     out = load(tmp_path / "ws", url, writers=8, points=5_000, registries=2, datasets=2,
                ops=8, timeout=600)
     print(f"8 writers x 5,000 points on SQLite: {out['wall']:.1f} s")
+
+
+def test_concurrent_bucket_flushes_lose_no_count(store_url: str) -> None:
+    """Serving replicas flush outcome buckets at once, some under one server name (several
+    workers of one host), some under their own: every count arrives, none twice."""
+    import threading
+
+    import sqlalchemy as sa
+
+    from reprise.core._rollout_types import LATENCY_BOUNDS_MS, BucketRow
+    from reprise.store import SqlMetadataStore
+    from reprise.store import _schema as sch
+
+    stores = [SqlMetadataStore(store_url) for _ in range(6)]
+    now = time.time()
+    with stores[0].engine.begin() as conn:
+        conn.execute(sa.insert(sch.rollouts).values(
+            id="r1", name="m", alias="production", stable=1, candidate=2, strategy="canary",
+            steps="[0.1]", interval_s=60.0, policy="{}", key="{}", state="running", step=0,
+            weight=0.1, phase="observe", step_started_at=now, created_at=now, failures=0,
+            decisions=0, actor="test"))
+    servers = ["shared", "shared", "shared", "own-3", "own-4", "own-5"]
+    flushes, start = 25, threading.Barrier(len(stores))
+    errors: list[BaseException] = []
+
+    def flush(store: SqlMetadataStore, server: str) -> None:
+        try:
+            start.wait()
+            for k in range(flushes):
+                store.add_buckets([BucketRow("r1", 1 + k % 2, 7, server, 1, k % 2,
+                                             [1] * (len(LATENCY_BOUNDS_MS) + 1), {"yes": 1})])
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=flush, args=(st, sv))
+               for st, sv in zip(stores, servers, strict=True)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    try:
+        assert not errors, errors
+        rows = {(r.server, r.version): r for r in stores[0].window_buckets("r1", 7, 7)}
+        per = {1: (flushes + 1) // 2, 2: flushes // 2}  # flushes of each version
+        for server in set(servers):
+            n = servers.count(server)
+            for version, count in per.items():
+                r = rows[(server, version)]
+                assert r.requests == n * count and r.outputs == {"yes": n * count}
+                assert r.latency == [n * count] * (len(LATENCY_BOUNDS_MS) + 1)
+                assert r.errors == (n * count if version == 2 else 0)
+    finally:
+        for st in stores:
+            st.close()
