@@ -87,3 +87,34 @@ def test_registry_integrity_revision_keeps_numbers_and_drops_dangling_aliases(
     with pytest.raises(sa.exc.IntegrityError), store.engine.begin() as conn:
         conn.execute(sa.text("UPDATE aliases SET version = 9 WHERE alias = 'production'"))
     store.close()
+
+
+@pytest.mark.postgres
+def test_run_prefix_and_latest_metrics_use_indexes_on_postgresql(pg_url: str) -> None:
+    """0010's pattern index serves ``runs show PREFIX``; the last points of ``runs list``
+    are index lookups, never a scan of the metrics table (bench/bench_scale.py)."""
+    from reprise.store._rows import latest_metrics_sql
+
+    store = SqlMetadataStore(pg_url)
+    ids = [new_id() for _ in range(20)]
+    for rid in ids:
+        batch = JournalBatch(header={"id": rid, "name": "n", "started_at": 1.0},
+                             metrics=[(k, st, float(st), 1.0) for k in ("a", "b")
+                                      for st in range(100)], end_offset=1)
+        assert store.ingest(rid, 0, batch)
+    with store.engine.connect() as conn:
+        conn.exec_driver_sql("ANALYZE")
+        conn.exec_driver_sql("SET enable_seqscan = off")  # is the index usable at all?
+        plan = "\n".join(r[0] for r in conn.exec_driver_sql(
+            "EXPLAIN SELECT * FROM runs WHERE id LIKE %(p)s LIMIT 2", {"p": ids[3][:12] + "%"}))
+        assert "ix_runs_id_pattern" in plan, plan
+        conn.exec_driver_sql("SET enable_seqscan = on")
+        params = {f"r{i}": rid for i, rid in enumerate(ids[:5])}
+        plan = "\n".join(r[0] for r in conn.execute(sa.text(
+            "EXPLAIN ANALYZE " + latest_metrics_sql(5, lateral=True)), params))
+        assert "Seq Scan on metrics" not in plan and "Hash Join" not in plan, plan
+    assert store.get_run(ids[3][:12]).id == ids[3]
+    latest = store.latest_metrics(ids[:2])
+    assert {k: (p.step, p.value) for k, p in latest[ids[0]].items()} == {
+        "a": (99, 99.0), "b": (99, 99.0)}
+    store.close()

@@ -70,6 +70,22 @@ class TestIngestion:
         assert store.run_artifacts(rid)["model.npy"].meta == {"shape": [3]}
         assert "a" * 64 in store.referenced_artifact_hashes()
 
+    def test_metric_values_and_keys_round_trip(self, store: SqlMetadataStore) -> None:
+        """Whatever the insert path (COPY on PostgreSQL): special floats, keys with
+        backslashes, quotes, commas and non-ASCII text, huge steps, exact doubles."""
+        rid = _new_run(store)
+        keys = ["a\\b", 'q"uote,comma', "val/loss \u00e9\u6f22", "N", "\\N"]
+        values = [math.inf, -math.inf, 0.1 + 0.2, -0.0, 1e-308, 5e-324, math.nan]
+        pts = [(k, 2**62 + i, v, 1.5 + i) for k in keys for i, v in enumerate(values)]
+        assert store.ingest(rid, 10, JournalBatch(metrics=pts, end_offset=20))
+        got = store.get_metrics(rid)
+        assert len(got) == len(pts)
+        by = {(p.key, p.step): p for p in got}
+        for k, st, v, ts in pts:
+            p = by[(k, st)]
+            assert (math.isnan(p.value) if math.isnan(v) else p.value == v), (k, v, p.value)
+            assert p.timestamp == ts
+
     def test_terminal_status_is_final(self, store: SqlMetadataStore) -> None:
         rid = _new_run(store)
         store.mark_run_ended(rid, RunStatus.KILLED, time.time(), "killed")

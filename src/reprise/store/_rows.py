@@ -29,7 +29,7 @@ __all__ = ["HEAD_REVISION", "artifact_record", "dataset_record", "in_list", "lat
 # Must equal the newest revision in migrations/versions. Kept here as a constant
 # so that checking "is the database current?" needs no Alembic import (0.6 s)
 # and no SQLAlchemy import (0.15-0.3 s).
-HEAD_REVISION = "0009_audit_subject"
+HEAD_REVISION = "0010_list_indexes"
 
 
 def run_record(r: Any) -> RunRecord:
@@ -79,23 +79,37 @@ def in_list(prefix: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
     return ", ".join(f":{n}" for n in names), dict(zip(names, values, strict=True))
 
 
-def latest_metrics_sql(n_runs: int) -> str:
+def latest_metrics_sql(n_runs: int, *, lateral: bool = False) -> str:
     """The last point (highest step, then the last written) of every key of ``n_runs``
     runs (parameters ``:r0`` ...), as rows ``run_id, key, step, value, timestamp``.
 
     Never scans a run's points: the keys are found by a loose index scan (one seek
     per key on ``ix_metrics_run_key_step``) and each last point by one more seek, so
     the cost follows the number of keys, not the number of points.
+
+    ``lateral`` (PostgreSQL): fetch each last point in a ``LATERAL`` subquery. There,
+    the portable join on ``p.id = (SELECT ...)`` is planned as a hash join over a
+    sequential scan of the whole metrics table (the correlated subquery cannot drive an
+    index lookup), which made ``runs list`` grow with every point ever logged
+    (bench/bench_scale.py); SQLite has no LATERAL and plans the join as a lookup.
     """
     ids = ", ".join(f":r{i}" for i in range(n_runs))
-    return f"""
+    keys = f"""
 WITH RECURSIVE k(run_id, key) AS (
   SELECT r.id, (SELECT MIN(m.key) FROM metrics m WHERE m.run_id = r.id)
   FROM runs r WHERE r.id IN ({ids})
   UNION ALL
   SELECT k.run_id, (SELECT MIN(m.key) FROM metrics m WHERE m.run_id = k.run_id AND m.key > k.key)
   FROM k WHERE k.key IS NOT NULL
-)
+)"""
+    if lateral:
+        return keys + """
+SELECT k.run_id, k.key, p.step, p.value, p.timestamp
+FROM k CROSS JOIN LATERAL (
+  SELECT l.step, l.value, l.timestamp FROM metrics l WHERE l.run_id = k.run_id AND l.key = k.key
+  ORDER BY l.step DESC, l.id DESC LIMIT 1) p
+ORDER BY k.run_id, k.key"""
+    return keys + """
 SELECT k.run_id, k.key, p.step, p.value, p.timestamp
 FROM k JOIN metrics p ON p.id = (
   SELECT l.id FROM metrics l WHERE l.run_id = k.run_id AND l.key = k.key

@@ -50,8 +50,8 @@ runs = Table(
     Column("id", ID, primary_key=True),
     Column("parent_id", ID, ForeignKey("runs.id"), index=True),
     Column("kind", String(16), nullable=False),
-    Column("name", NAME, nullable=False, index=True),
-    Column("status", String(16), nullable=False, index=True),
+    Column("name", NAME, nullable=False),
+    Column("status", String(16), nullable=False),
     Column("started_at", Float, nullable=False),
     Column("ended_at", Float),
     Column("seed", BigInteger),
@@ -66,6 +66,11 @@ runs = Table(
     Column("energy_joules", Float),
     Column("energy_source", String(32)),
     Column("journal_offset", BigInteger, nullable=False, default=0),
+    # revision 0010: the newest runs of a name or a status, read from one index range
+    Index("ix_runs_name_id", "name", "id"),
+    Index("ix_runs_status_id", "status", "id"),
+    # revision 0010 also adds ix_runs_id_pattern (id varchar_pattern_ops) on PostgreSQL only,
+    # for id-prefix lookups; it is not declared here since SQLite has no such operator class
 )
 
 params = Table(

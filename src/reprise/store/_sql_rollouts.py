@@ -138,9 +138,12 @@ class SqlRolloutMixin:
         def go() -> None:
             with self._write() as conn:
                 if self.dialect == "postgresql":  # SQLite's BEGIN IMMEDIATE already serialises
-                    for rid in sorted({k[0] for k in merged}):
+                    # per (rollout, server): a row's key holds its server, so only flushes
+                    # of one server can meet on a row; one lock per rollout queued every
+                    # replica's flush behind the others' (bench/bench_scale.py, serving)
+                    for rid, server in sorted({(k[0], k[3]) for k in merged}):
                         conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:k))"),
-                                     {"k": "reprise-buckets:" + rid})
+                                     {"k": f"reprise-buckets:{rid}:{server}"})
                 out = []
                 for key, row in merged.items():
                     rid, version, bucket, server = key
