@@ -211,36 +211,3 @@ def test_concurrent_http_callers_each_get_their_own_rows(sizes: list[int],
         assert sum(source.models["churn"][1].batches) == sum(sizes) + 1  # + warm-up
 
     run(main())
-
-
-def test_min_wait_gathers_a_minoritys_requests_into_one_call_and_a_full_batch_goes_at_once(
-        ) -> None:
-    """A rollout's minority version waits ``min_wait_s`` when idle (``_router``): requests
-    arriving meanwhile share its call; a full batch does not wait; a queue left behind a
-    call does not wait again."""
-    async def main() -> None:
-        model = Echo(delay=0.05)
-        b = _batcher(model, size=4)
-        b.min_wait_s = 0.2
-        t0 = time.perf_counter()
-        first = b.submit({"v": [0]}, 1)
-        await asyncio.sleep(0.05)
-        assert model.batches == []  # still gathering
-        rest = [b.submit({"v": [i]}, 1) for i in (1, 2)]
-        got = await asyncio.gather(first, *rest)
-        assert time.perf_counter() - t0 >= 0.2
-        assert model.batches == [3]
-        assert [r.outputs["out"] for r in got] == [[1], [11], [21]]
-        model.batches.clear()
-        b.min_wait_s = 5.0
-        t0 = time.perf_counter()
-        first = b.submit({"v": [0]}, 1)
-        await asyncio.sleep(0.01)
-        full = [first, *(b.submit({"v": [i]}, 1) for i in range(1, 6))]  # 4 fill a batch
-        await asyncio.gather(*full)
-        assert time.perf_counter() - t0 < 2.5  # neither the full batch nor the rest waited
-        assert model.batches == [4, 2]
-        b.min_wait_s = 0.0
-        b.close()
-
-    run(main())

@@ -28,7 +28,6 @@ from reprise.serve._batcher import Result
 from reprise.serve._metrics import Metrics
 from reprise.serve._models import ServedModel
 from reprise.serve._router import (
-    MINORITY_WAIT_S,
     SLOTS,
     Outcomes,
     Shadow,
@@ -106,17 +105,6 @@ def test_pick_shares_by_weight_and_is_sticky() -> None:
     assert all(split.pick(str(k).encode()) is _stable for k in range(100))
     split.update(_rollout(100.0))
     assert all(split.pick(None) is _candidate for _ in range(100))
-
-
-def test_the_version_given_the_smaller_share_gathers_before_each_call() -> None:
-    split = Split(_rollout(10.0), _stable, _candidate, Outcomes("s"))
-    assert split.minority_waits() == (0.0, MINORITY_WAIT_S)  # (stable, candidate)
-    for weight, waits in ((0.0, (0.0, 0.0)), (50.0, (0.0, 0.0)), (90.0, (MINORITY_WAIT_S, 0.0)),
-                          (100.0, (0.0, 0.0))):
-        split.update(_rollout(weight))
-        assert split.minority_waits() == waits, weight
-    split.update(_rollout(10.0))
-    assert split.minority_waits(ended=True) == (0.0, 0.0)
 
 
 def test_shadow_copies_merge_only_when_all_are_lists_with_the_same_columns() -> None:
@@ -368,9 +356,6 @@ def test_a_server_routes_records_and_gives_up_a_rollout(ws: Any) -> None:
         async with serving(RegistrySource(ws), ["churn@production"], settings) as (c, app):
             state = app.state.reprise
             await wait_until(lambda: "churn@production" in state.table.splits, 20)
-            split = state.table.splits["churn@production"]  # 30 %: the candidate gathers
-            assert split.candidate.batcher.min_wait_s == MINORITY_WAIT_S
-            assert split.stable.batcher.min_wait_s == 0.0
             listed = (await c.get("/v1/models")).json()["models"][0]
             assert listed["rollout"]["candidate"] == 2 and listed["rollout"]["weight"] == 30
             during = [await c.post("/v1/models/churn/predict", json=[row],
@@ -384,7 +369,6 @@ def test_a_server_routes_records_and_gives_up_a_rollout(ws: Any) -> None:
                    '30.0' in weights
             await asyncio.to_thread(abort_rollout, "churn", "test over", workspace=ws)
             await wait_until(lambda: not state.table.splits, 10)
-            assert split.candidate.batcher.min_wait_s == split.stable.batcher.min_wait_s == 0
             after = [await c.post("/v1/models/churn/predict", json=[row])
                      for row in _rows(50)]
             await wait_until(lambda: 2 not in state.table.versions["churn"], 10)

@@ -12,11 +12,6 @@ Policy:
   a batch; it keeps gathering turn by turn only while each turn brings new requests,
   up to ``max_batch_size`` rows or ``max_wait`` seconds. A lone request therefore waits
   one loop turn (microseconds), never ``max_wait``.
-* ``min_wait_s`` (0 unless set: a rollout sets it on its minority version, ``_router``)
-  makes an idle batcher wait that long before it dispatches (not a queue left behind a
-  call: it has waited already), so that a version receiving
-  a small share of the traffic gathers several requests per call instead of paying the
-  model's fixed per-call cost for one or two rows each time; a full batch goes at once.
 * While a batch runs in the worker thread, new requests queue; when it finishes, the
   queue is dispatched the same way. Under load batches grow by themselves.
 * A batch holds whole requests (a request larger than ``max_batch_size`` runs alone).
@@ -121,8 +116,6 @@ class Batcher:
         self._queued_rows = 0
         self._busy = self._gathering = self._closed = False
         self._seen, self._gather_start = 0, 0.0
-        self.min_wait_s = 0.0  # an idle batcher's wait before it dispatches (see above)
-        self._timer: asyncio.TimerHandle | None = None
         self.call_s: float | None = None  # moving average of one predict call
         # a request larger than max_batch_size runs alone, in one call whose time grows
         # with its rows: estimated per row, so that neither it nor the requests behind
@@ -187,11 +180,7 @@ class Batcher:
             self._queued_big_rows += rows
         self._idle.clear()
         if not self._busy and not self._gathering:
-            self._start_gathering(self.min_wait_s)
-        elif self._timer is not None and self._queued_rows >= self.max_batch_size:
-            self._timer.cancel()  # a full batch does not wait out ``min_wait_s``
-            self._timer = None
-            self._loop.call_soon(self._dispatch)
+            self._start_gathering()
         return future
 
     async def drain(self, timeout: float) -> bool:
@@ -215,15 +204,10 @@ class Batcher:
 
     # -- gathering and dispatch (event loop) ------------------------------------------
 
-    def _start_gathering(self, wait_s: float = 0.0) -> None:
-        """Dispatch the queue soon: after ``wait_s`` (``min_wait_s`` when the batcher was
-        idle; not after a call, whose queue has waited already), or turn by turn."""
+    def _start_gathering(self) -> None:
         self._gathering = True
         self._seen, self._gather_start = len(self._queue), time.perf_counter()
-        if wait_s > 0 and self._queued_rows < self.max_batch_size:
-            self._timer = self._loop.call_later(wait_s, self._dispatch)
-        else:
-            self._loop.call_soon(self._gather)
+        self._loop.call_soon(self._gather)
 
     def _gather(self) -> None:
         n = len(self._queue)
@@ -235,9 +219,7 @@ class Batcher:
             self._loop.call_soon(self._gather)
 
     def _dispatch(self) -> None:
-        if not self._gathering:  # a full batch was dispatched before the timer
-            return
-        self._gathering, self._timer = False, None
+        self._gathering = False
         batch: list[_Item] = []
         rows = 0
         queue = self._queue

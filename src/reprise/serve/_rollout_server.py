@@ -132,7 +132,6 @@ class RolloutController:
             _logger.info("rollout %s of %s: candidate v%d at %g%% (%s)", rec.id, rec.ref,
                          rec.candidate, rec.weight, rec.phase)
         split.update(rec)
-        _batch_waits(split)
         if rec.phase == "shadow" and split.shadow is None:
             split.shadow = Shadow(split, self.state.metrics, self.state.settings.shadow_queue)
         elif rec.phase != "shadow" and split.shadow is not None:
@@ -146,7 +145,6 @@ class RolloutController:
         """The rollout is over: promoted, the candidate takes the ref over (it is warm);
         otherwise every request goes back to the stable version at once."""
         state, table, rec = self.state, self.state.table, split.rollout
-        _batch_waits(split, ended=True)  # the candidate may take the alias over: as usual
         if final is not None and final.state == "promoted" \
                 and table.by_ref.get(ref) is split.stable:
             await state._switch(ref, rec.name, rec.candidate)
@@ -286,13 +284,6 @@ def _preload() -> None:
     first analysis (scipy takes a second to import, holding the interpreter meanwhile)."""
     import scipy.spatial.distance  # noqa: F401
     import scipy.stats  # noqa: F401
-
-
-def _batch_waits(split: Split, ended: bool = False) -> None:
-    """Set each version's ``Batcher.min_wait_s`` for the split's weights (the minority
-    gathers a few requests per call: ``Split.minority_waits``)."""
-    split.stable.batcher.min_wait_s, split.candidate.batcher.min_wait_s = \
-        split.minority_waits(ended)
 
 
 def _holder(rec: RolloutRecord) -> str:

@@ -51,7 +51,7 @@ from reprise.serve._http import HTTPError
 from reprise.serve._metrics import Metrics
 from reprise.serve._models import ServedModel
 
-__all__ = ["MINORITY_WAIT_S", "SLOTS", "Outcomes", "Shadow", "ShadowGate", "Split", "keyer",
+__all__ = ["SLOTS", "Outcomes", "Shadow", "ShadowGate", "Split", "keyer",
            "output_keys", "payload_key", "sticky_slot"]
 
 _logger = logging.getLogger(__name__)
@@ -59,13 +59,6 @@ SLOTS = 10_000  # a weight's resolution: 0.01 %
 _SCORE_BINS = 20  # bins of a score or regression output with a known range
 _SHADOW_BATCH = 256  # most copies handed to the candidate at once (ShadowGate may give fewer)
 _SHADOW_NAP = 0.02  # least sleep of a shadow waiting for its budget (seconds)
-# How long an idle batcher of the version taking the smaller share of a split waits
-# before it calls the model (``Batcher.min_wait_s``): at a 10 % canary the candidate gets
-# a request every few hundred microseconds under load, and a predict call costs about as
-# much whatever its rows (validation, conversion), so calls of one or two rows would make
-# the candidate's calls a sizeable cost of the routing; a few milliseconds gather several.
-# Far inside the latency goal (p99 25 ms), and only a minority's requests wait it.
-MINORITY_WAIT_S = 0.005
 
 
 def sticky_slot(rollout_id: str, key: bytes) -> int:
@@ -242,16 +235,6 @@ class Split:
         """Take the rollout's new weight, phase and counters (a decision was applied)."""
         self.rollout = rollout
         self._threshold = _threshold(rollout.weight)
-
-    def minority_waits(self, ended: bool = False) -> tuple[float, float]:
-        """``Batcher.min_wait_s`` of the stable version and of the candidate: the one given
-        less than half of the requests (none: a shadow, or either at 0 %) gathers
-        ``MINORITY_WAIT_S`` before each call, the other not at all; both 0 once ``ended``."""
-        t = self._threshold
-        if ended:
-            return 0.0, 0.0
-        return (MINORITY_WAIT_S if SLOTS / 2 < t < SLOTS else 0.0,
-                MINORITY_WAIT_S if 0 < t < SLOTS / 2 else 0.0)
 
     def key_of(self, headers: Iterable[tuple[bytes, bytes]], payload: Any,
                oip: bool) -> bytes | None:
