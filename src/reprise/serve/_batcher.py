@@ -185,9 +185,8 @@ class Batcher:
 
     async def drain(self, timeout: float) -> bool:
         """Wait until nothing is queued or running; False if ``timeout`` passed first."""
-        try:  # (asyncio.timeout, not wait_for: no task per call; a shadow waits here often)
-            async with asyncio.timeout(timeout):
-                await self._idle.wait()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
         except TimeoutError:
             return False
         return True
