@@ -33,6 +33,8 @@ from reprise.serve._router import (
     Shadow,
     ShadowGate,
     Split,
+    _Copy,
+    _merge,
     output_keys,
     payload_key,
     sticky_slot,
@@ -103,6 +105,16 @@ def test_pick_shares_by_weight_and_is_sticky() -> None:
     assert all(split.pick(str(k).encode()) is _stable for k in range(100))
     split.update(_rollout(100.0))
     assert all(split.pick(None) is _candidate for _ in range(100))
+
+
+def test_shadow_copies_merge_only_when_all_are_lists_with_the_same_columns() -> None:
+    names = ("x", "y")
+    a, b = _Copy({"x": [1.0], "y": [2]}, 1, ["k"], names), _Copy(
+        {"x": [3.0, 4.0], "y": [5, 6]}, 2, ["k", "k"], tuple(names))  # equal, not the same
+    assert _merge([a, b]) == {"x": [1.0, 3.0, 4.0], "y": [2, 5, 6]}
+    other = _Copy({"y": [2], "x": [1.0]}, 1, ["k"], ("y", "x"))
+    arrays = _Copy({"x": np.array([1.0]), "y": [2]}, 1, ["k"], None)
+    assert _merge([a, other]) is None and _merge([a, arrays]) is None
 
 
 def test_the_key_comes_from_the_header_or_the_first_rows_column() -> None:

@@ -203,10 +203,11 @@ class HotPath:
             log.offer(job.model.name, job.model.version, request_id, seconds,
                       job.checked.columns, job.checked.rows, result.outputs)
         if split is not None and model is not None:
-            split.record(model, status, seconds, result)
+            keys = split.record(model, status, seconds, result)
             if split.shadow is not None and result is not None and job is not None \
                     and model is split.stable:
-                split.shadow.offer(job.checked.columns, job.checked.rows, result)
+                split.shadow.offer(job.checked.columns, job.checked.rows, result,
+                                   keys if status == 200 else None)
 
         if model is not None and (result is not None or not 400 <= status < 500):
             self._observe(model, split, status, start + seconds, seconds, result)

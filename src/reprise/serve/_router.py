@@ -32,6 +32,8 @@ from bisect import bisect_left
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 from reprise.core._rollout_types import (
@@ -49,8 +51,8 @@ from reprise.serve._http import HTTPError
 from reprise.serve._metrics import Metrics
 from reprise.serve._models import ServedModel
 
-__all__ = ["SLOTS", "Outcomes", "Shadow", "ShadowGate", "Split", "keyer", "output_keys", "payload_key",
-           "sticky_slot"]
+__all__ = ["SLOTS", "Outcomes", "Shadow", "ShadowGate", "Split", "keyer",
+           "output_keys", "payload_key", "sticky_slot"]
 
 _logger = logging.getLogger(__name__)
 SLOTS = 10_000  # a weight's resolution: 0.01 %
@@ -256,18 +258,20 @@ class Split:
             else self.stable
 
     def record(self, model: ServedModel, status: int, seconds: float,
-               result: Result | None) -> None:
+               result: Result | None) -> list[str] | None:
         """Count an answer given by one of the split's versions: a 5xx, or an answer
         refused after the model ran (a non-finite output), is an error; a 4xx before the
-        model ran is the client's and not counted."""
+        model ran is the client's and not counted. The answer's :func:`output_keys`
+        (None when not counted; a shadow compares them with the candidate's)."""
         if model is not self.stable and model is not self.candidate:
-            return
+            return None
         if result is None and 400 <= status < 500:
-            return
+            return None
         ok = status == 200 and result is not None
         outputs = self.output_keys(result.outputs) if ok and result is not None else []
         self.outcomes.request(self.rollout, model.version, error=not ok, seconds=seconds,
                               outputs=outputs)
+        return outputs
 
 
 def _threshold(weight: float) -> int:
@@ -278,7 +282,8 @@ def _threshold(weight: float) -> int:
 class _Copy:
     columns: dict[str, Any]
     rows: int
-    stable: Result  # the stable version's answer, compared once the candidate's comes
+    stable: list[str]  # the stable answer's output_keys, compared with the candidate's
+    names: tuple[str, ...] | None  # its input columns when all are lists (JSON): see _merge
 
 
 class ShadowGate:
@@ -360,14 +365,25 @@ class Shadow:
         self.dropped = 0
         self._unreported = 0  # drops not yet in the outcomes and metrics
         self._row_cost: float | None = None  # seconds per copied row, moving average
+        self._names: tuple[str, ...] | None = None  # the last copy's input column names
         self._task = asyncio.get_running_loop().create_task(self._work())
 
-    def offer(self, columns: dict[str, Any], rows: int, stable: Result) -> None:
+    def offer(self, columns: dict[str, Any], rows: int, stable: Result,
+              keys: list[str] | None = None) -> None:
+        """Queue a copy of a request the stable version answered with ``stable``
+        (``keys``: its :func:`output_keys`, when the caller has them already)."""
         if len(self._queue) >= self.capacity:
             self.dropped += 1
             self._unreported += 1
             return
-        self._queue.append(_Copy(columns, rows, stable))
+        names: tuple[str, ...] | None = None
+        if all(type(v) is list for v in columns.values()):
+            names = tuple(columns)
+            if names == self._names:  # the same tuple for all: _merge compares identities
+                names = self._names
+            self._names = names
+        self._queue.append(_Copy(columns, rows, self.split.output_keys(stable.outputs)
+                                 if keys is None else keys, names))
         if not self._wake.is_set():
             self._wake.set()
 
@@ -450,11 +466,11 @@ class Shadow:
                                      "shadow", error=False, seconds=seconds, n=len(batch))
         compared = agreed = i = 0
         for copy in batch:
-            stable = split.output_keys(copy.stable.outputs)
-            if stable:
+            rows = copy.rows
+            if copy.stable:
                 compared += 1
-                agreed += keys[i:i + copy.rows] == stable
-            i += copy.rows
+                agreed += keys[i:i + rows] == copy.stable
+            i += rows
         self._count(compared, agreed, 0)
         return loop_s + time.perf_counter() - t1
 
@@ -522,10 +538,9 @@ class Shadow:
                                    outputs=keys)
             self.metrics.rollout_request(rollout.id, cand.name, cand.version, "candidate",
                                          "shadow", error=False, seconds=seconds)
-            stable = keys_of(copy.stable.outputs)
-            if stable:
+            if copy.stable:
                 compared += 1
-                agreed += keys == stable
+                agreed += keys == copy.stable
         self._count(compared, agreed, failed)
 
     def _count(self, compared: int, agreed: int, failed: int) -> None:
@@ -546,15 +561,12 @@ class Shadow:
 
 def _merge(batch: list[_Copy]) -> dict[str, list[Any]] | None:
     """The copies' input columns end to end, when every one is a list (JSON bodies) and
-    the copies have the same columns; else None."""
-    names = batch[0].columns.keys()
-    merged: dict[str, list[Any]] = {}
-    for name in names:
-        out: list[Any] = []
-        for copy in batch:
-            values = copy.columns.get(name)
-            if type(values) is not list or len(copy.columns) != len(names):
-                return None
-            out += values
-        merged[name] = out
-    return merged
+    the copies have the same columns in the same order; else None. Runs on the event
+    loop for a batch of up to ``_SHADOW_BATCH`` copies at once: C-level iteration
+    (``map``, ``chain``), and the checks made when each copy was queued (``names``)."""
+    names = batch[0].names
+    if names is None or any(c.names is not names and c.names != names for c in batch):
+        return None
+    columns = [c.columns for c in batch]
+    return {name: list(chain.from_iterable(map(itemgetter(name), columns)))
+            for name in names}
