@@ -26,7 +26,8 @@ def test_the_scale_out_demo_runs_on_ray_s3_and_postgresql(pg_server: Any) -> Non
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "demo_scale.py")], env=env,
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, (out.stdout[-3000:], out.stderr[-3000:])
-    assert "executed 8 step(s) as Ray tasks" in out.stdout
-    assert "0 step(s) executed, 8 reused from cache" in out.stdout
-    assert "verified: every output is identical." in out.stdout
+    said = out.stdout + out.stderr  # (progress lines go to stderr)
+    assert "executed 8 step(s) as Ray tasks" in said
+    assert "0 step(s) executed, 8 reused from cache" in said
+    assert "verified: every output is identical." in said
     assert out.stdout.rstrip().endswith("ok")  # reprise fsck against the bucket

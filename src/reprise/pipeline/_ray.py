@@ -27,6 +27,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
+from reprise.core._ray_auth import enable_ray_token_auth_if_available
 from reprise.core.errors import UserError
 from reprise.pipeline._execute import Task, TaskResult
 from reprise.pipeline._executors import Executor
@@ -44,6 +45,7 @@ def _import_ray() -> Any:
     # then a single-machine cluster; nodes elsewhere join by their own address). Ray
     # reads this when it is imported, so it is set first.
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    enable_ray_token_auth_if_available()  # (see there: a cluster with a token refuses us)
 
     return require("ray", "ray", "--executor ray")
 

@@ -127,6 +127,9 @@ def connect(address: str | None) -> None:
         # is imported, hence before the import). Not for a remote cluster: its workers
         # must reach this driver at an outward address.
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    from reprise.core._ray_auth import enable_ray_token_auth_if_available
+
+    enable_ray_token_auth_if_available()  # (see there: a cluster with a token refuses us)
     try:
         import ray
     except ImportError:
