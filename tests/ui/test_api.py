@@ -167,6 +167,20 @@ def test_user_strings_come_back_as_json_data(client: Api, runs: dict[str, str]) 
     assert client.get(f"/api/runs/{runs[XSS]}").json()["name"] == XSS
 
 
+def test_live_and_new_runs_show_up(ws: Any, client: Api) -> None:
+    run = reprise.start_run("live", workspace=ws)  # started after the app
+    try:
+        run.log_metric("loss", 0.25, step=3)
+        row = client.get("/api/runs", params={"q": "name = 'live'"}).json()["runs"]
+        assert [(r["id"], r["status"], r["metrics"]) for r in row] == [
+            (run.id, "running", {"loss": 0.25})]
+        series = client.get(f"/api/runs/{run.id}/metrics/loss").json()
+        assert series["xs"] == [3] and series["ys"] == [0.25]
+    finally:
+        run.end()
+    assert client.get(f"/api/runs/{run.id}").json()["status"] == "finished"
+
+
 def test_token_required_when_set(ws: Any, runs: dict[str, str],
                                  monkeypatch: pytest.MonkeyPatch) -> None:
     client = Api(create_app(ws, token="s3cret"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hmac
 import math
 import os
+import threading
 from typing import TYPE_CHECKING, Any
 
 from reprise.core.errors import NotFoundError, UserError
@@ -54,6 +55,14 @@ def create_app(workspace: Workspace, token: str | None = None,
     secret = token if token is not None else os.environ.get(TOKEN_ENV, "")
     expected = f"Bearer {secret}".encode() if secret else None
     store = workspace.metadata  # SQLAlchemy: shared safely by the server's threads
+    recovering = threading.Lock()
+
+    def fresh() -> None:
+        """Catch up the journals of live runs (and recover dead writers' ones), as every
+        CLI command does, so that running runs show their latest rows. One thread at a
+        time: journal locks are per process, so two threads would not exclude each other."""
+        with recovering:
+            workspace.recover()
     app = FastAPI(title="Reprise dashboard API", version="1",
                   description="Runs, their metrics and steps, read from a Reprise workspace.")
 
@@ -99,6 +108,7 @@ def create_app(workspace: Workspace, token: str | None = None,
 
         node: Node | None = parse_query(q) if q and q.strip() else None
         sort_runs([], sort)  # an unknown column is a 400 before any work
+        fresh()
         pushed = pushdown(node)
         status = pushed.get("status")
         records = store.list_runs(RunFilter(
@@ -121,6 +131,7 @@ def create_app(workspace: Workspace, token: str | None = None,
     def run(run_id: str) -> dict[str, Any]:
         from reprise.tracking import describe_run
 
+        fresh()
         out = describe_run(workspace, run_id)
         out["environment"] = _environment(out.get("env_hash"))
         out["steps"] = store.get_step_runs(out["id"])
@@ -148,6 +159,7 @@ def create_app(workspace: Workspace, token: str | None = None,
         start: float | None = Query(None, description="Smallest x kept (zoom)."),
         end: float | None = Query(None, description="Largest x kept (zoom)."),
     ) -> dict[str, Any]:
+        fresh()
         rec = store.get_run(run_id)
         points = store.get_metrics(rec.id, key)
         if not points and key not in store.latest_metrics([rec.id])[rec.id]:
