@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import reprise
+from reprise import step
 
 pytest.importorskip("fastapi")
 import httpx  # noqa: E402
@@ -131,6 +132,28 @@ def test_run_detail(client: Api, runs: dict[str, str]) -> None:
     assert "env_vars" not in body["environment"] and body["steps"] == []
     broken = client.get(f"/api/runs/{runs['broken']}").json()
     assert broken["status"] == "failed" and "disk on fire" in broken["error"]
+
+
+@step
+def double(n: int) -> int:
+    return 2 * n
+
+
+@reprise.pipeline
+def tiny(n: int = 2):  # type: ignore[no-untyped-def]
+    return double(n)
+
+
+def test_pipeline_run_steps(ws: Any) -> None:
+    from reprise.pipeline._runner import run_pipeline
+
+    first = run_pipeline(tiny, {}, workspace=ws, workers=1)
+    again = run_pipeline(tiny, {}, workspace=ws, workers=1)
+    client = Api(create_app(ws))
+    steps = [client.get(f"/api/runs/{r.run_id}").json()["steps"] for r in (first, again)]
+    assert [(st["step_name"], st["status"]) for st in steps[0]] == [("double", "executed")]
+    assert [(st["step_name"], st["status"]) for st in steps[1]] == [("double", "cached")]
+    assert steps[0][0]["outputs"][0]["hash"] == steps[1][0]["outputs"][0]["hash"]
 
 
 def test_unknown_run_is_404(client: Api, runs: dict[str, str]) -> None:
