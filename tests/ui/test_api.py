@@ -77,6 +77,7 @@ def test_health_and_openapi(client: Api) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/api/runs", "/api/runs/{run_id}", "/api/runs/{run_id}/metrics/{key}",
             "/api/health"} <= set(paths)
+    assert client.get("/docs").status_code == 404  # Swagger UI would load from a CDN
 
 
 def test_runs_table_filter_sort_page(client: Api, runs: dict[str, str]) -> None:
@@ -194,11 +195,13 @@ def test_live_and_new_runs_show_up(ws: Any, client: Api) -> None:
     run = reprise.start_run("live", workspace=ws)  # started after the app
     try:
         run.log_metric("loss", 0.25, step=3)
+        run.log_metric("val/loss", 0.5, step=3)
         row = client.get("/api/runs", params={"q": "name = 'live'"}).json()["runs"]
         assert [(r["id"], r["status"], r["metrics"]) for r in row] == [
-            (run.id, "running", {"loss": 0.25})]
+            (run.id, "running", {"loss": 0.25, "val/loss": 0.5})]
         series = client.get(f"/api/runs/{run.id}/metrics/loss").json()
         assert series["xs"] == [3] and series["ys"] == [0.25]
+        assert client.get(f"/api/runs/{run.id}/metrics/val/loss").json()["ys"] == [0.5]
     finally:
         run.end()
     assert client.get(f"/api/runs/{run.id}").json()["status"] == "finished"

@@ -18,8 +18,8 @@ def ui(
         "--allow-actions", help="Allow the dashboard's actions (promote, rollback, abort a "
         "rollout; none exist yet). Default: read-only.")] = False,
 ) -> None:
-    """Serve the dashboard of this workspace: a JSON API under /api (documented at
-    /openapi.json and /docs). A bearer token is required when REPRISE_UI_TOKEN is set.
+    """Serve the dashboard of this workspace: a JSON API under /api (its OpenAPI
+    schema at /openapi.json). A bearer token is required when REPRISE_UI_TOKEN is set.
     Read-only unless --allow-actions."""
     from reprise.cli._fast import workspace
     from reprise.core.errors import UserError

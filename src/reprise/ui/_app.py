@@ -63,7 +63,9 @@ def create_app(workspace: Workspace, token: str | None = None,
         time: journal locks are per process, so two threads would not exclude each other."""
         with recovering:
             workspace.recover()
-    app = FastAPI(title="Reprise dashboard API", version="1",
+    # no /docs or /redoc: FastAPI's pages load Swagger/ReDoc from a CDN, and the dashboard
+    # fetches nothing at run time; the schema itself is at /openapi.json
+    app = FastAPI(title="Reprise dashboard API", version="1", docs_url=None, redoc_url=None,
                   description="Runs, their metrics and steps, read from a Reprise workspace.")
 
     @app.middleware("http")
