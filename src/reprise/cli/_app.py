@@ -20,6 +20,7 @@ from reprise.cli._monitor import monitor_app
 from reprise.cli._rollout import rollout_app
 from reprise.cli._serve import serve
 from reprise.cli._tune import tune_app
+from reprise.cli._ui import ui
 
 app = typer.Typer(
     name="reprise",
@@ -36,6 +37,7 @@ app.add_typer(env_app, name="env")
 app.add_typer(data_app, name="data")
 app.add_typer(tune_app, name="tune")
 app.command()(serve)
+app.command()(ui)
 app.add_typer(models_app, name="models")
 app.add_typer(audit_app, name="audit")
 app.add_typer(rollout_app, name="rollout")
