@@ -31,6 +31,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NODE2 = "reprise_node2"  # the custom resource only the second node has
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # for the head and for drivers
+# Ray (2.5x on) turns token authentication on for `ray start --head` whenever
+# ~/.ray/auth_token exists, a file that any ray.init() without an address writes (as
+# `reprise run --executor ray` with no address does); the second node, started through
+# our launcher, then joins without the token and is refused ("Authentication token is
+# missing or incorrect"). The cluster is a test fixture on loopback: its mode is said,
+# not left to what this machine's home folder holds.
+AUTH = {"RAY_AUTH_MODE": "disabled"}
 
 
 def _free_port() -> int:
@@ -94,14 +101,14 @@ def ray_cluster(*, cpus_per_node: int = 1, timeout: float = 90.0) -> Iterator[Ra
     """A head and a second node on loopback; stopped (both) on exit."""
     path = os.pathsep.join(filter(None, [str(ROOT / "src"), str(ROOT),
                                          os.environ.get("PYTHONPATH")]))
-    base = {**os.environ, "PYTHONPATH": path, "RAY_USAGE_STATS_ENABLED": "0"}
+    base = {**os.environ, "PYTHONPATH": path, "RAY_USAGE_STATS_ENABLED": "0", **AUTH}
     port = _free_port()
     common = ["--node-ip-address=127.0.0.1", f"--num-cpus={cpus_per_node}", "--num-gpus=0",
               "--object-store-memory=100000000", "--disable-usage-stats", "--block"]
     # Ray's socket paths must stay under 108 bytes: short folders in /tmp
     head_dir = Path(tempfile.mkdtemp(prefix="rh", dir="/tmp"))
     node_dir = Path(tempfile.mkdtemp(prefix="rn", dir="/tmp"))
-    cluster = RayCluster(address=f"127.0.0.1:{port}", env={**LOOPBACK},
+    cluster = RayCluster(address=f"127.0.0.1:{port}", env={**LOOPBACK, **AUTH},
                          folders=[head_dir, node_dir])
     try:
         head = _launch(["start", "--head", f"--port={port}", "--include-dashboard=false",
