@@ -70,10 +70,11 @@ def test_without_ray_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_a_bad_address_is_refused_before_ray_is_asked() -> None:
-    from reprise.pipeline._ray import _check_reachable
+    from reprise.pipeline._ray import check_ray_address as _check_reachable
 
-    with pytest.raises(UserError, match="must be auto, HOST:PORT"):
-        _check_reachable("nowhere", 1.0)
+    for bad in ("nowhere", "127.0.0.1:99999", "127.0.0.1:0", "ray://"):
+        with pytest.raises(UserError, match="must be auto, HOST:PORT"):
+            _check_reachable(bad, 1.0)
     with pytest.raises(UserError, match="cannot reach the Ray cluster at '127.0.0.1:9'"):
         _check_reachable("127.0.0.1:9", 1.0)
     import socket

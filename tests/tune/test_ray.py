@@ -324,7 +324,7 @@ def test_reprise_tune_takes_its_executor_and_address_from_config_toml(
               "score/loss", "--trials", "2", "--pruner", "none", check=False)
     assert res.returncode == 2, res.stderr[-2000:]
     # the search's own connection is refused (not a trial's pipeline run, after the fact)
-    assert f"cannot connect to the Ray cluster at '{address}': nothing answers" in res.stderr
+    assert f"cannot reach the Ray cluster at '{address}': nothing answers" in res.stderr
 
 
 def test_a_local_search_runs_its_trials_steps_in_place_whatever_config_toml_says(
@@ -336,3 +336,28 @@ def test_a_local_search_runs_its_trials_steps_in_place_whatever_config_toml_says
     res = tune(f"{tmp_path / 'cfg_local_flow.py'}:flow", SPACE, metric="score/loss",
                n_trials=2, pruner=None, executor="local", workspace=tmp_path)
     assert res.counts["complete"] == 2
+
+
+def test_reprise_tune_refuses_a_ray_address_that_is_not_a_ray_cluster(tmp_path: Path) -> None:
+    """The address checks of `reprise run --executor ray` (one function): a malformed
+    address, and a listener that accepts connections but never answers as gRPC (which
+    ray.init waited on for minutes), are refused in seconds, exit 2."""
+    import socket
+
+    from tests.pipeline.test_pipelines import cli
+
+    reprise.init(tmp_path)
+    (tmp_path / "space.yaml").write_text("x: {low: -5.0, high: 5.0}\n")
+    (tmp_path / "silent_flow.py").write_text(SCORE_FLOW)
+    args = ["tune", "silent_flow.py:flow", "--space", "space.yaml", "--metric", "score/loss",
+            "--trials", "1", "--executor", "ray", "--ray-address"]
+    res = cli(tmp_path, *args, "127.0.0.1:99999", check=False)
+    assert res.returncode == 2 and "must be auto, HOST:PORT" in res.stderr, res.stderr[-2000:]
+    with socket.socket() as listener:  # accepts connections, never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        t0 = time.monotonic()
+        res = cli(tmp_path, *args, f"127.0.0.1:{listener.getsockname()[1]}", check=False)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "does not answer as a Ray cluster" in res.stderr
+    assert time.monotonic() - t0 < 60
