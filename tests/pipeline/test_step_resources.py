@@ -179,3 +179,19 @@ def test_snapshot_folders_of_dead_workers_are_swept(tmp_path: Path) -> None:
         folder.mkdir()
     _sweep(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+
+
+def test_verify_refuses_a_bad_ray_address_before_replaying(tmp_path: Path) -> None:
+    """`reprise verify` checks the address as `reprise run` does, in its own process:
+    exit 2 with the message alone (it was a traceback of the replay process, twice)."""
+    from tests.pipeline.test_pipelines import cli, run_json, write_project
+
+    write_project(tmp_path)
+    cli(tmp_path, "init", ".")
+    run_id = run_json(tmp_path)["run_id"]
+    for args, says in ((["--ray-address", "auto"], "a Ray address was given with the local"),
+                       (["--executor", "ray", "--ray-address", "127.0.0.1:99999"],
+                        "must be auto, HOST:PORT")):
+        res = cli(tmp_path, "verify", run_id, *args, check=False)
+        assert res.returncode == 2, res.stderr[-2000:]
+        assert says in res.stderr and "Traceback" not in res.stderr, res.stderr[-2000:]
