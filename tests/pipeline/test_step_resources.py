@@ -70,10 +70,11 @@ def test_without_ray_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_a_bad_address_is_refused_before_ray_is_asked() -> None:
-    from reprise.pipeline._ray import _check_reachable
+    from reprise.pipeline._ray import check_ray_address as _check_reachable
 
-    with pytest.raises(UserError, match="must be auto, HOST:PORT"):
-        _check_reachable("nowhere", 1.0)
+    for bad in ("nowhere", "127.0.0.1:99999", "127.0.0.1:0", "ray://"):
+        with pytest.raises(UserError, match="must be auto, HOST:PORT"):
+            _check_reachable(bad, 1.0)
     with pytest.raises(UserError, match="cannot reach the Ray cluster at '127.0.0.1:9'"):
         _check_reachable("127.0.0.1:9", 1.0)
     import socket
@@ -178,3 +179,19 @@ def test_snapshot_folders_of_dead_workers_are_swept(tmp_path: Path) -> None:
         folder.mkdir()
     _sweep(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, other.name])
+
+
+def test_verify_refuses_a_bad_ray_address_before_replaying(tmp_path: Path) -> None:
+    """`reprise verify` checks the address as `reprise run` does, in its own process:
+    exit 2 with the message alone (it was a traceback of the replay process, twice)."""
+    from tests.pipeline.test_pipelines import cli, run_json, write_project
+
+    write_project(tmp_path)
+    cli(tmp_path, "init", ".")
+    run_id = run_json(tmp_path)["run_id"]
+    for args, says in ((["--ray-address", "auto"], "a Ray address was given with the local"),
+                       (["--executor", "ray", "--ray-address", "127.0.0.1:99999"],
+                        "must be auto, HOST:PORT")):
+        res = cli(tmp_path, "verify", run_id, *args, check=False)
+        assert res.returncode == 2, res.stderr[-2000:]
+        assert says in res.stderr and "Traceback" not in res.stderr, res.stderr[-2000:]

@@ -355,3 +355,12 @@ def test_bad_urls_and_settings_are_config_errors(s3_bucket: object,
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "many")
     with pytest.raises(ConfigError, match="AWS_MAX_ATTEMPTS"):
         _store(s3_bucket).exists("0" * 64)
+
+
+def test_the_s3_store_is_public_api_as_the_other_artifact_stores() -> None:
+    """reprise.store exports it beside LocalArtifactStore and FsspecArtifactStore, loaded
+    on first use (the lean-import test checks `import reprise.store` loads no s3fs)."""
+    import reprise.store
+
+    assert "S3ArtifactStore" in reprise.store.__all__
+    assert reprise.store.S3ArtifactStore is S3ArtifactStore

@@ -159,6 +159,32 @@ def test_bad_store_url_is_a_config_error(url: str) -> None:
         SqlMetadataStore(url)
 
 
+@pytest.mark.parametrize("url", ["postgresql://u:Zq9SECRETpw@127.0.0.1:1/x",
+                                 "postgresql://u:Zq9SECRETpw@127.0.0.1:notaport/x",
+                                 "postgresql://u@127.0.0.1:1/x?password=Zq9SECRETpw",
+                                 "nosuchdb://u:Zq9SECRETpw@host/y"])
+def test_a_store_url_error_never_shows_its_password(url: str) -> None:
+    """The message names the database (user, host, port) but not the password; a port
+    that is not a number is that ConfigError too (it was a ValueError traceback)."""
+    with pytest.raises(ConfigError, match="store") as err:
+        SqlMetadataStore(url)
+    assert "Zq9SECRETpw" not in str(err.value)
+    assert "127.0.0.1" in str(err.value) or "host" in str(err.value)
+
+
+@pytest.mark.parametrize("port", ["1", "notaport"])
+def test_a_study_storage_error_never_shows_its_password(port: str) -> None:
+    """The tuner's Optuna storage on PostgreSQL (nothing listens on port 1)."""
+    pytest.importorskip("optuna")
+    from reprise.core.errors import UserError
+    from reprise.tune._storage import _postgres_url, open_storage
+
+    url = _postgres_url(f"postgresql://u:Zq9SECRETpw@127.0.0.1:{port}/x")
+    with pytest.raises((ConfigError, UserError)) as err:
+        open_storage(url)
+    assert "Zq9SECRETpw" not in str(err.value) and f"127.0.0.1:{port}" in str(err.value)
+
+
 def test_in_memory_sqlite_backend() -> None:
     store = SqlMetadataStore("sqlite://")
     rid = _new_run(store)

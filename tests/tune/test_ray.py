@@ -277,3 +277,87 @@ def test_reprise_tune_cli_on_ray(ray_cluster: Any, tmp_path: Path) -> None:
                   f"127.0.0.1:{_free_port()}", check=False)
     assert nowhere.returncode == 2 and "nothing answers there" in nowhere.stderr
     assert time.monotonic() - t0 < 60  # refused, not retried for minutes
+
+
+SCORE_FLOW = '''
+import reprise
+from reprise import step
+
+@step
+def score(x: float) -> float:
+    reprise.log_metric("loss", (x - 2.0) ** 2)
+    return x
+
+@reprise.pipeline
+def flow(x: float = 0.0):
+    return score(x)
+'''
+
+
+def _ray_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str
+                ) -> str:
+    """A workspace whose config.toml says [executor] kind = "ray" at an address where
+    nothing listens (refused at once), and the pipeline file to tune; the address."""
+    from tests._ray_cluster import _free_port
+    from tests.pipeline.test_pipelines import cli
+
+    cli(tmp_path, "init", ".")  # in another process: this one has not read the config
+    monkeypatch.chdir(tmp_path)  # a trial's pipeline run opens the workspace of its folder
+    address = f"127.0.0.1:{_free_port()}"
+    config = tmp_path / ".reprise" / "config.toml"
+    text = config.read_text().replace('kind = "local"', 'kind = "ray"')
+    config.write_text(text.replace('address = ""', f'address = "{address}"'))
+    (tmp_path / f"{module}.py").write_text(SCORE_FLOW)  # one module name per test
+    (tmp_path / "space.yaml").write_text("x: {low: -5.0, high: 5.0}\n")
+    return address
+
+
+def test_reprise_tune_takes_its_executor_and_address_from_config_toml(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As `reprise run` does: no --executor given, [executor] kind = "ray" and its
+    address are used (here refused, exit 2: nothing listens there), not silently a
+    local search."""
+    from tests.pipeline.test_pipelines import cli
+
+    address = _ray_config(tmp_path, monkeypatch, "cfg_ray_flow")
+    res = cli(tmp_path, "tune", "cfg_ray_flow.py:flow", "--space", "space.yaml", "--metric",
+              "score/loss", "--trials", "2", "--pruner", "none", check=False)
+    assert res.returncode == 2, res.stderr[-2000:]
+    # the search's own connection is refused (not a trial's pipeline run, after the fact)
+    assert f"cannot reach the Ray cluster at '{address}': nothing answers" in res.stderr
+
+
+def test_a_local_search_runs_its_trials_steps_in_place_whatever_config_toml_says(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """executor="local" with [executor] kind = "ray" in config.toml: a trial's pipeline
+    run executes its steps in the trial's process (it opened the configured Ray per
+    trial, here an address where nothing listens)."""
+    _ray_config(tmp_path, monkeypatch, "cfg_local_flow")
+    res = tune(f"{tmp_path / 'cfg_local_flow.py'}:flow", SPACE, metric="score/loss",
+               n_trials=2, pruner=None, executor="local", workspace=tmp_path)
+    assert res.counts["complete"] == 2
+
+
+def test_reprise_tune_refuses_a_ray_address_that_is_not_a_ray_cluster(tmp_path: Path) -> None:
+    """The address checks of `reprise run --executor ray` (one function): a malformed
+    address, and a listener that accepts connections but never answers as gRPC (which
+    ray.init waited on for minutes), are refused in seconds, exit 2."""
+    import socket
+
+    from tests.pipeline.test_pipelines import cli
+
+    reprise.init(tmp_path)
+    (tmp_path / "space.yaml").write_text("x: {low: -5.0, high: 5.0}\n")
+    (tmp_path / "silent_flow.py").write_text(SCORE_FLOW)
+    args = ["tune", "silent_flow.py:flow", "--space", "space.yaml", "--metric", "score/loss",
+            "--trials", "1", "--executor", "ray", "--ray-address"]
+    res = cli(tmp_path, *args, "127.0.0.1:99999", check=False)
+    assert res.returncode == 2 and "must be auto, HOST:PORT" in res.stderr, res.stderr[-2000:]
+    with socket.socket() as listener:  # accepts connections, never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        t0 = time.monotonic()
+        res = cli(tmp_path, *args, f"127.0.0.1:{listener.getsockname()[1]}", check=False)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "does not answer as a Ray cluster" in res.stderr
+    assert time.monotonic() - t0 < 60

@@ -40,12 +40,14 @@ def run(
     timeout: Annotated[float | None, typer.Option(help="Seconds for this search.")] = None,
     workers: Annotated[int, typer.Option(
         help="Trials at once (processes, or Ray tasks with --executor ray).")] = 1,
-    executor: Annotated[str, typer.Option(
+    executor: Annotated[str | None, typer.Option(
         help="local (this machine's processes) or ray (each trial a Ray task; every node "
-             "must see the workspace folder at the same path).")] = "local",
+             "must see the workspace folder at the same path). Default: [executor] kind "
+             "in .reprise/config.toml, else local.")] = None,
     ray_address: Annotated[str | None, typer.Option(
         help="Ray cluster for --executor ray: HOST:PORT of the head, auto, or "
-             "ray://HOST:PORT (default: RAY_ADDRESS, else a local Ray).")] = None,
+             "ray://HOST:PORT (default: [executor] address in .reprise/config.toml, else "
+             "RAY_ADDRESS, else a local Ray).")] = None,
     sampler: Annotated[str, typer.Option(help="tpe, random, grid or cmaes.")] = "tpe",
     pruner: Annotated[str, typer.Option(
         help="median, hyperband, successive_halving or none.")] = "median",

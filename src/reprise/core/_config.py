@@ -68,7 +68,8 @@ ignore_reads = []
 ignore_env = []
 
 [executor]
-# Where `reprise run` executes steps: "local" (processes on this machine) or "ray".
+# Where `reprise run` executes steps and `reprise tune` its trials: "local" (processes
+# on this machine) or "ray".
 # The command line's --executor and --ray-address override these.
 kind = "local"
 # The Ray cluster: "auto" (the one `ray start` began here), "HOST:PORT" (the head),

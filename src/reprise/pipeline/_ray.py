@@ -32,22 +32,44 @@ from reprise.core.errors import UserError
 from reprise.pipeline._execute import Task, TaskResult
 from reprise.pipeline._executors import Executor
 
-__all__ = ["CRASH_RETRIES", "RayExecutor", "ray_options"]
+__all__ = ["CRASH_RETRIES", "RayExecutor", "check_ray_address", "ray_options",
+           "stay_on_loopback"]
 
 CRASH_RETRIES = 2  # re-runs of a task whose worker process died, when the step sets none
 CONNECT_TIMEOUT = 10.0  # seconds to reach the head before giving up (ray.init would wait)
 
 
-def _import_ray() -> Any:
+def _import_ray(address: str | None) -> Any:
     from reprise.core._lazy import require
 
-    # Ray binds the machine's outward interface unless told to stay on loopback (it is
-    # then a single-machine cluster; nodes elsewhere join by their own address). Ray
-    # reads this when it is imported, so it is set first.
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    stay_on_loopback(address)
     enable_ray_token_auth_if_available()  # (see there: a cluster with a token refuses us)
-
     return require("ray", "ray", "--executor ray")
+
+
+def stay_on_loopback(address: str | None) -> None:
+    """Keep this process's Ray on loopback when ``address`` (None: ``RAY_ADDRESS``, else a
+    Ray started here) is on this machine. Ray makes a node reachable from other machines
+    unless told not to; it reads this when it is imported, so call it before. Not for a
+    cluster elsewhere: its workers must reach this driver at an outward address (the
+    objects it owns, the tasks' arguments, are fetched from it). Shared by the pipeline's
+    Ray executor and the tuner's Ray pool."""
+    if _is_loopback(address or os.environ.get("RAY_ADDRESS")):
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
+def _is_loopback(address: str | None) -> bool:
+    if address is None:
+        return True
+    host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def ray_options(task: Task) -> dict[str, Any]:
@@ -92,9 +114,9 @@ class RayExecutor(Executor):
 
     def __init__(self, address: str | None = None, *, store: Any = None,
                  connect_timeout: float = CONNECT_TIMEOUT) -> None:
-        self.ray = _import_ray()
-        self.store = store
         self.address = address or None
+        self.ray = _import_ray(self.address)
+        self.store = store
         self._owns = False
         if not self.ray.is_initialized():
             self._connect(connect_timeout)
@@ -108,7 +130,7 @@ class RayExecutor(Executor):
     def _connect(self, timeout: float) -> None:
         address = self.address
         if address is not None and address != "auto":
-            _check_reachable(address, timeout)
+            check_ray_address(address, timeout)
         # Ray's driver prints raylet messages ("a worker died...") on stdout, which is
         # the command's own (--json): while connected, Python-level stdout is stderr.
         self._stdout = sys.stdout
@@ -188,19 +210,22 @@ def _describe(exc: BaseException) -> str:
             f"after Ray's retries:\n{text}")
 
 
-def _check_reachable(address: str, timeout: float) -> None:
-    """Fail fast with a clear message when nothing listens at ``address`` (``ray.init``
-    would otherwise retry for minutes)."""
+def check_ray_address(address: str, timeout: float) -> None:
+    """Fail fast with a clear message (a :class:`UserError`) when ``address`` is not
+    ``HOST:PORT`` or ``ray://HOST:PORT``, when nothing listens there, or when what
+    listens is not a gRPC server (``ray.init`` would otherwise retry or wait for
+    minutes). ``auto`` and None are for Ray to resolve: not checked here."""
     target = address.removeprefix("ray://")
     host, sep, port = target.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise UserError(f"Ray address {address!r} must be auto, HOST:PORT or ray://HOST:PORT.")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as sock:
             answers = _speaks_http2(sock)
     except OSError as exc:
         raise UserError(
-            f"cannot reach the Ray cluster at {address!r} ({exc}); start it with "
+            f"cannot reach the Ray cluster at {address!r}: nothing answers there ({exc}); "
+            "start it with "
             "`ray start --head` there, or fix --ray-address / [executor] address in "
             ".reprise/config.toml.") from None
     if not answers:

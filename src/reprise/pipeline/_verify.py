@@ -69,6 +69,16 @@ def verify_run(ws: Any, run_ref: str, *, steps: Iterable[str] | None = None,
     if executor is not None and executor not in EXECUTORS:
         raise UserError(f"--executor {executor!r} does not exist; use one of "
                         f"{', '.join(EXECUTORS)}.")
+    # the address is checked here too: in the replay process its error was a traceback
+    kind = executor or ws.config.executor
+    if ray_address and kind != "ray":
+        raise UserError("a Ray address was given with the local executor; add --executor ray "
+                        "(or set kind = \"ray\" under [executor] in .reprise/config.toml).")
+    address = ray_address or (ws.config.executor_address if kind == "ray" else None)
+    if address and address != "auto":
+        from reprise.pipeline._ray import CONNECT_TIMEOUT, check_ray_address
+
+        check_ray_address(address, CONNECT_TIMEOUT)
     if tolerance is not None and (tolerance < 0 or tolerance != tolerance):
         raise UserError(f"--tolerance must be a non-negative number, got {tolerance}.")
     meta = ws.metadata

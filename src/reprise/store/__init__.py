@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         register_materializer,
         save_object,
     )
+    from reprise.store._s3 import S3ArtifactStore
     from reprise.store._sql import SqlMetadataStore, upgrade_database
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "LocalArtifactStore",
     "Materializer",
     "RunFilter",
+    "S3ArtifactStore",
     "SqlMetadataStore",
     "Workspace",
     "check_key",
@@ -64,6 +66,7 @@ _LAZY = {
     **{name: "reprise.store._materializers" for name in (
         "Materializer", "load_object", "materializer_by_name", "materializer_for",
         "register_materializer", "save_object")},
+    "S3ArtifactStore": "reprise.store._s3",  # s3fs and its botocore load with it
     "SqlMetadataStore": "reprise.store._sql",
     "upgrade_database": "reprise.store._sql",
 }

@@ -26,6 +26,7 @@ from reprise.core._types import (
     RunRecord,
     RunStatus,
 )
+from reprise.core._urls import redact_url
 from reprise.core.errors import (
     AmbiguousIdError,
     ArtifactNotFoundError,
@@ -66,9 +67,9 @@ def normalise_url(url: str) -> str:
 def _make_engine(url: str) -> Engine:
     try:
         sa_url = sa.engine.make_url(normalise_url(url))
-    except ArgumentError as exc:
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
         raise ConfigError(
-            f"store URL {url!r} is not a database URL; use sqlite:///path/to/file.db or "
+            f"store URL {redact_url(url)!r} is not a database URL; use sqlite:///path/to/file.db or "
             "postgresql://user@host:5432/dbname."
         ) from exc
     if sa_url.get_backend_name() == "sqlite":
@@ -84,10 +85,10 @@ def _make_engine(url: str) -> Engine:
         return sa.create_engine(sa_url, pool_pre_ping=True, future=True,
                                 isolation_level="READ COMMITTED")
     except NoSuchModuleError as exc:
-        raise ConfigError(f"store URL {url!r}: unsupported database ({exc}).") from exc
+        raise ConfigError(f"store URL {redact_url(url)!r}: unsupported database ({exc}).") from exc
     except ImportError as exc:
         raise ConfigError(
-            f"store URL {url!r} needs a driver that is not installed ({exc}); "
+            f"store URL {redact_url(url)!r} needs a driver that is not installed ({exc}); "
             "for PostgreSQL run: pip install 'reprise-ml[postgres]'."
         ) from exc
 
@@ -150,10 +151,11 @@ class SqlMetadataStore(SqlMonitorMixin, SqlRequestLogMixin, SqlRolloutMixin,
         try:
             current = self._current_revision()
         except OperationalError as exc:
-            raise ConfigError(f"cannot open the metadata store at {url!r}: {exc.orig}") from exc
+            raise ConfigError(f"cannot open the metadata store at {redact_url(url)!r}: "
+                              f"{exc.orig}") from exc
         if current != s.HEAD_REVISION:
             if not migrate:
-                raise SchemaVersionError(f"database at {url!r} is at revision {current}.")
+                raise SchemaVersionError(f"database at {redact_url(url)!r} is at revision {current}.")
             upgrade_database(self.engine)
 
     # -- plumbing --------------------------------------------------------------------

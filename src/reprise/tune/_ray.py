@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import ipaddress
 import os
 import secrets
 import socket
@@ -46,6 +45,8 @@ from reprise.tune._trial import Objective, TrialOutcome, TrialTask, run_trial
 from reprise.tune._workers import MAX_STARTUP_DEATHS, WorkerDied
 
 __all__ = ["RayPool", "connect"]
+
+CONNECT_TIMEOUT = 5.0  # seconds to reach the head before giving up
 
 # the loaded objective of this Ray worker process: (payload digest, objective)
 _LOADED: dict[str, Objective] = {}
@@ -104,29 +105,13 @@ def _sees(token: str) -> bool:
         return False
 
 
-def _loopback(address: str | None) -> bool:
-    """Whether ``address`` (None: start a Ray here) keeps Ray on this machine."""
-    if address is None:
-        return True
-    host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def connect(address: str | None) -> None:
     """Connect this process to Ray at ``address`` (``auto``, ``HOST:PORT``,
     ``ray://HOST:PORT``), or start a local Ray when it is None and ``RAY_ADDRESS`` is
     unset. A process already connected stays on its cluster (as Ray Tune does)."""
-    if _loopback(address or os.environ.get("RAY_ADDRESS")):
-        # Ray makes a node reachable from other machines unless told not to: a local Ray,
-        # or a driver of a cluster on 127.0.0.1, stays on loopback (Ray reads this when it
-        # is imported, hence before the import). Not for a remote cluster: its workers
-        # must reach this driver at an outward address.
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    from reprise.pipeline._ray import check_ray_address, stay_on_loopback
+
+    stay_on_loopback(address)  # before Ray is imported: it reads the setting then
     from reprise.core._ray_auth import enable_ray_token_auth_if_available
 
     enable_ray_token_auth_if_available()  # (see there: a cluster with a token refuses us)
@@ -141,7 +126,8 @@ def connect(address: str | None) -> None:
                             f"it cannot also run trials on {address!r} (one cluster per "
                             "process): run the search from another process")
         return
-    _probe(address)
+    if address not in (None, "auto"):  # refused in seconds, not retried for minutes
+        check_ray_address(address, CONNECT_TIMEOUT)
     kw: dict[str, Any] = {}
     if address is None and not os.environ.get("RAY_ADDRESS"):
         kw["include_dashboard"] = False  # a local Ray for this search: nothing more to serve
@@ -162,23 +148,6 @@ def _hostport(address: str | None) -> tuple[str, int] | None:
         return host.strip("[]"), int(port)
     except ValueError:
         return None
-
-
-def _probe(address: str | None) -> None:
-    """Refuse at once an address where nothing listens. Ray itself retries a head it
-    cannot reach for many minutes (its GCS client's retries), which a mistyped
-    --ray-address would turn into a silent hang; one TCP connection says it in seconds."""
-    hp = _hostport(address)
-    if hp is None:
-        return
-    try:
-        socket.create_connection(hp, timeout=5).close()
-    except OSError as exc:
-        raise UserError(f"cannot connect to the Ray cluster at {address!r}: nothing answers "
-                        f"there ({exc.strerror or exc}). Give the address of a running head "
-                        "(HOST:PORT that `ray start --head` prints, or ray://HOST:PORT for "
-                        "Ray Client), or 'auto' for a cluster started on this machine"
-                        ) from None
 
 
 _DIED = ("WorkerCrashedError", "NodeDiedError", "OutOfMemoryError", "LocalRayletDiedError",

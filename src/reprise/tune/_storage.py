@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from reprise.core._urls import redact_url
 from reprise.core.errors import ConfigError, UserError
 
 __all__ = ["STORAGE_ENV", "ask_lock", "open_storage", "storage_url"]
@@ -136,8 +137,9 @@ def _rdb(url: str) -> Any:
             lock.execute(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": _LOCK_KEY})
             lock.commit()
         engine.dispose()
-    except sa.exc.SQLAlchemyError as exc:
-        raise ConfigError(f"cannot prepare the study schema in {base!r}: {exc}") from None
+    except (sa.exc.SQLAlchemyError, ValueError) as exc:  # ValueError: a port not a number
+        raise ConfigError(f"cannot prepare the study schema in {redact_url(base)!r}: "
+                          f"{exc}") from None
     return storage
 
 
@@ -147,4 +149,4 @@ def _open_rdb(url: str) -> Any:
     try:
         return RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
     except Exception as exc:  # noqa: BLE001 - Optuna wraps driver errors in many types
-        raise UserError(f"cannot open the study storage {url!r}: {exc}") from None
+        raise UserError(f"cannot open the study storage {redact_url(url)!r}: {exc}") from None

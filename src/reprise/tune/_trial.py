@@ -94,8 +94,12 @@ class PipelineObjective(Objective):
         from reprise.pipeline._runner import run_pipeline
 
         step, _, key = self.metric.partition("/")
+        # executor="local": the trial is the unit the tuner placed (a local worker or a
+        # Ray task); its steps run here, whatever [executor] config.toml names (else each
+        # trial would start, or join, a Ray of its own).
         result = run_pipeline(self.pipeline(), {**self.fixed, **params}, seed=self.seed,
-                              workers=self.workers, pipeline_ref=self.ref, steps=[step])
+                              workers=self.workers, pipeline_ref=self.ref, steps=[step],
+                              executor="local")
         state = result.nodes.get(step)
         points = [v for k, v, _ in (state.metrics if state else []) if k == key]
         if not points:

@@ -47,7 +47,7 @@ def tune(objective: Any, space: SearchSpace | Mapping[str, Any] | str | None = N
          metric: str | None = None, params: Mapping[str, Any] | None = None,
          sampler: str = "tpe", pruner: str | None = "median", prune_on: str | None = None,
          warmup_steps: int = 0, study: str | None = None, workers: int = 1,
-         executor: str = "local", ray_address: str | None = None,
+         executor: str | None = None, ray_address: str | None = None,
          reproducible: bool = False, batch_size: int = 4, seed: int = 0,
          pipeline_workers: int = 1, heartbeat: float = 10.0, max_retries: int = 2,
          catch: bool = False, report: bool = True, workspace: Any = None) -> TuneResult:
@@ -77,9 +77,13 @@ def tune(objective: Any, space: SearchSpace | Mapping[str, Any] | str | None = N
             ``executor="ray"``: Ray tasks in flight at once).
         executor: ``"local"`` (this process, or worker processes) or ``"ray"``: each
             trial a Ray task (see :mod:`reprise.tune._ray`); every Ray node must see
-            the workspace folder at the same path.
+            the workspace folder at the same path. None: ``[executor] kind`` of the
+            workspace's config.toml, as for ``reprise run`` (there it places steps,
+            here trials; a trial's own pipeline run executes its steps in the trial's
+            process, never on a second executor).
         ray_address: the Ray cluster (``HOST:PORT`` of the head, ``auto``,
-            ``ray://HOST:PORT``); None: ``RAY_ADDRESS``, else a local Ray started here.
+            ``ray://HOST:PORT``); None: ``[executor] address`` of config.toml, else
+            ``RAY_ADDRESS``, else a local Ray started here.
         reproducible: synchronous batches told in trial order (see above).
         batch_size: trials per batch in reproducible mode.
         seed: seeds the sampler and every trial (and each pipeline run).
@@ -100,6 +104,9 @@ def tune(objective: Any, space: SearchSpace | Mapping[str, Any] | str | None = N
     from reprise.tracking._api import resolve_workspace
 
     ws = resolve_workspace(workspace)
+    executor = executor or ws.config.executor  # the workspace's [executor], as `reprise run`
+    if ray_address is None and executor == "ray":
+        ray_address = ws.config.executor_address or None
     obj, default_name = _objective(objective, metric, params, seed, pipeline_workers)
     spc = load_space(space) if space is not None else None
     settings = _settings(ws, default_name, spc, obj, study=study, n_trials=n_trials,
