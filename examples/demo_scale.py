@@ -35,6 +35,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PG_ADMIN = os.environ.get("REPRISE_DEMO_PG", "postgresql://postgres@127.0.0.1:5432/test")
+# Ray turns token authentication on for `ray start` on a machine holding a token
+# (~/.ray/auth_token, which any local ray.init() writes); its drivers must then say
+# RAY_AUTH_MODE=token too. The demo's loopback cluster, and its drivers, say "disabled",
+# so it runs the same on any machine.
+NO_AUTH = {"RAY_AUTH_MODE": "disabled"}
 AWS = {"AWS_ACCESS_KEY_ID": "demo", "AWS_SECRET_ACCESS_KEY": "demo-secret",
        "AWS_DEFAULT_REGION": "us-east-1"}
 
@@ -119,7 +124,7 @@ def ray_head(node_env: dict[str, str]) -> Iterator[str]:
     port = _free_port()
     temp = Path(tempfile.mkdtemp(prefix="rd", dir="/tmp"))  # Ray's socket paths are short
     env = {**os.environ, **node_env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-           "RAY_USAGE_STATS_ENABLED": "0"}
+           "RAY_USAGE_STATS_ENABLED": "0", **NO_AUTH}
     log = open(temp / "launcher.log", "wb")  # noqa: SIM115 - closed below
     ray = Path(sys.executable).with_name("ray")
     proc = subprocess.Popen([str(ray), "start", "--head", "--node-ip-address=127.0.0.1",
@@ -186,7 +191,7 @@ def main() -> None:
                         ignore=shutil.ignore_patterns(".reprise", "reports", "__pycache__"))
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("REPRISE_", "AWS_"))}
-        env.update(aws, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+        env.update(aws, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", **NO_AUTH,
                    REPRISE_ARTIFACTS_CACHE_DIR=str(Path(tmp) / "blobcache"))
         reprise(project, env, "init", ".")
         config = project / ".reprise" / "config.toml"

@@ -32,9 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 NODE2 = "reprise_node2"  # the custom resource only the second node has
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # for the head and for drivers
 # Ray turns token authentication on for a cluster started where a token exists (any local
-# ray.init() writes ~/.ray/auth_token): the test cluster does without, whatever the
-# machine holds, so that it behaves the same everywhere (a driver with a token is
-# accepted by it too: core/_ray_auth.py)
+# ray.init() writes ~/.ray/auth_token): the test cluster and its drivers do without,
+# whatever the machine holds, so that it behaves the same everywhere
 NO_AUTH = {"RAY_AUTH_MODE": "disabled"}
 
 

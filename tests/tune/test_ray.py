@@ -66,8 +66,8 @@ def test_reproducible_search_on_ray_gives_the_trials_of_two_local_workers(
                   ray_address=ray_cluster.address, **kw)
     assert _trials(on_ray) == _trials(local)
     assert on_ray.best_params == local.best_params
-    pids = _pids(workspace, on_ray)  # Ray tasks, one CPU per node: both nodes
-    assert os.getpid() not in pids and len(pids) >= 2
+    pids = _pids(workspace, on_ray)  # Ray tasks' processes (which node takes a fast
+    assert pids and os.getpid() not in pids  # trial is Ray's choice: not asserted here)
     out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True).stdout
     mine = [line for line in out.splitlines() if f"pid={os.getpid()}," in line]
     assert mine and all("127.0.0.1]:" in s or " 127.0.0.1:" in s for s in mine), mine

@@ -27,7 +27,6 @@ import threading
 from concurrent.futures import Future
 from typing import Any
 
-from reprise.core._ray_auth import enable_ray_token_auth_if_available
 from reprise.core.errors import UserError
 from reprise.pipeline._execute import Task, TaskResult
 from reprise.pipeline._executors import Executor
@@ -43,7 +42,6 @@ def _import_ray(address: str | None) -> Any:
     from reprise.core._lazy import require
 
     stay_on_loopback(address)
-    enable_ray_token_auth_if_available()  # (see there: a cluster with a token refuses us)
     return require("ray", "ray", "--executor ray")
 
 

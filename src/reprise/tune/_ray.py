@@ -112,9 +112,7 @@ def connect(address: str | None) -> None:
     from reprise.pipeline._ray import check_ray_address, stay_on_loopback
 
     stay_on_loopback(address)  # before Ray is imported: it reads the setting then
-    from reprise.core._ray_auth import enable_ray_token_auth_if_available
-
-    enable_ray_token_auth_if_available()  # (see there: a cluster with a token refuses us)
+    
     try:
         import ray
     except ImportError:
