@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -232,6 +233,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--write", action="store_true",
                     help="write the result file even with --quick (a smoke run, marked)")
     args = ap.parse_args(argv)
+    # A bench stopped by SIGTERM (kill, a CI timeout) stops its writers too: they run in
+    # sessions of their own, so only _race's `finally` reaches them, which SIGTERM's
+    # default action skips (16 writers outlived a killed run, spinning on their "go" file)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.quick:
         args.repeats, args.points = 1, 2_000
     counts = [int(w) for w in args.writers.split(",")]
