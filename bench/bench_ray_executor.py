@@ -19,13 +19,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from _common import WORK, finish
+from _common import WORK, finish, median_time
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,15 +75,6 @@ def _remote_sleep(i: int, seconds: float) -> int:
     return i
 
 
-def _timed(fn: Any, repeats: int) -> tuple[float, list[float]]:
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples), samples
-
-
 def measure(address: str, root: Path, repeats: int, wide_repeats: int) -> dict[str, Any]:
     import ray
 
@@ -118,14 +108,14 @@ def measure(address: str, root: Path, repeats: int, wide_repeats: int) -> dict[s
     on_ray(chain, {"n": 5})  # warm the workers up (imports), as a second run would find them
     figures: dict[str, float] = {"ray_connect_s": connect}
     samples: dict[str, list[float]] = {}
-    figures["ray_chain_s"], samples["ray_chain"] = _timed(
+    figures["ray_chain_s"], samples["ray_chain"] = median_time(
         lambda: on_ray(chain, {"n": STEPS}), repeats)
-    figures["local_chain_s"], samples["local_chain"] = _timed(
+    figures["local_chain_s"], samples["local_chain"] = median_time(
         lambda: local(chain, {"n": STEPS}), repeats)
-    figures["plain_ray_chain_s"], samples["plain_ray_chain"] = _timed(raw_chain, repeats)
-    figures["ray_fan_s"], samples["ray_fan"] = _timed(
+    figures["plain_ray_chain_s"], samples["plain_ray_chain"] = median_time(raw_chain, repeats)
+    figures["ray_fan_s"], samples["ray_fan"] = median_time(
         lambda: on_ray(fan, {"k": WIDE, "seconds": SECONDS}), wide_repeats)
-    figures["plain_ray_fan_s"], samples["plain_ray_fan"] = _timed(
+    figures["plain_ray_fan_s"], samples["plain_ray_fan"] = median_time(
         lambda: ray.get([sleep.remote(i, SECONDS) for i in range(WIDE)]), wide_repeats)
     ray.shutdown()
     ws.close()

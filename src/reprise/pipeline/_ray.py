@@ -59,15 +59,9 @@ def stay_on_loopback(address: str | None) -> None:
 def _is_loopback(address: str | None) -> bool:
     if address is None:
         return True
-    host = address.removeprefix("ray://").rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    import ipaddress
+    from reprise.core._net import is_loopback_host
 
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(address.removeprefix("ray://").rsplit(":", 1)[0])
 
 
 def ray_options(task: Task) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from reprise.core._net import is_loopback_host
 from reprise.core.errors import UserError
 
 __all__ = ["Rendezvous", "launch", "rendezvous", "torchrun_command"]
@@ -90,7 +91,7 @@ class Rendezvous:
     @property
     def loopback(self) -> bool:
         """Do the nodes meet on this machine's loopback interface (nodes in one box)?"""
-        return _is_loopback(self.host)
+        return is_loopback_host(self.host)
 
     def torchrun_options(self) -> list[str]:
         options = ["--nnodes", str(self.nnodes), "--rdzv-backend", "c10d",
@@ -133,15 +134,6 @@ def _split_endpoint(endpoint: str) -> tuple[str, int]:
         raise UserError(f"--rdzv-endpoint {endpoint!r}: port {port} is out of range "
                         "(1 to 65535)")
     return host, port
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _positive(name: str, value: object) -> int:

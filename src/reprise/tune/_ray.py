@@ -42,7 +42,7 @@ from typing import Any
 
 from reprise.core.errors import UserError
 from reprise.tune._trial import Objective, TrialOutcome, TrialTask, run_trial
-from reprise.tune._workers import MAX_STARTUP_DEATHS, WorkerDied
+from reprise.tune._workers import MAX_STARTUP_DEATHS, WorkerDied, _Started, _StartupFailed
 
 __all__ = ["RayPool", "connect"]
 
@@ -50,16 +50,6 @@ CONNECT_TIMEOUT = 5.0  # seconds to reach the head before giving up
 
 # the loaded objective of this Ray worker process: (payload digest, objective)
 _LOADED: dict[str, Objective] = {}
-
-
-@dataclass
-class _Started:
-    """The task's first item: the objective is loaded."""
-
-
-@dataclass
-class _StartupFailed:
-    error: str
 
 
 @dataclass

@@ -6,6 +6,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from reprise.core import require
+from reprise.core._net import is_loopback_host
 
 if TYPE_CHECKING:
     from reprise.store._workspace import Workspace
@@ -13,7 +14,6 @@ if TYPE_CHECKING:
 __all__ = ["run_ui"]
 
 _logger = logging.getLogger("reprise.ui")
-_LOOPBACK = ("127.", "::1", "localhost")
 _LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1", "[::1]"]
 
 
@@ -30,7 +30,7 @@ def run_ui(workspace: Workspace, *, host: str = "127.0.0.1", port: int = 8080,
     from reprise.ui._app import TOKEN_ENV, create_app
 
     app = create_app(workspace, token=token, allow_actions=allow_actions)
-    if host.startswith(_LOOPBACK):
+    if is_loopback_host(host):
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=_LOOPBACK_NAMES)
     else:
         import os
