@@ -22,7 +22,7 @@ FLOORS_TESTS ?= tests/evaluate tests/data tests/registry/test_registry.py tests/
 FLOORS_WARNINGS := -W "ignore:'click.utils.:DeprecationWarning" \
 	-W "ignore:scipy.optimize:DeprecationWarning"
 
-.PHONY: demo demo-loop demo-scale test test-floors test-reliability bench lint install install-demo install-dev \
+.PHONY: browser demo demo-loop demo-scale test test-floors test-reliability bench lint install install-demo install-dev \
 	install-bench clean help
 
 help:
@@ -48,7 +48,21 @@ $(VENV)/.stamp-demo: $(VENV)/.stamp-core
 
 $(VENV)/.stamp-dev: $(VENV)/.stamp-core
 	$(PIP) $(PIP_FLAGS) install -c constraints.txt -e '.[dev]' '$(TORCH_SPEC)'
+	$(MAKE) --no-print-directory browser
 	@touch $@
+
+# The dashboard's browser tests drive Debian's chromium (Playwright's own browser download
+# cannot be used offline). Installed with apt when missing and this is root; otherwise
+# those tests are skipped with a message saying what to install (and fail under CI=true).
+CHROMIUM ?= /usr/bin/chromium
+browser:
+	@if [ -x "$(CHROMIUM)" ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing chromium for the dashboard's browser tests (apt-get)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium \
+			>/dev/null; \
+	else echo "note: $(CHROMIUM) is missing: the dashboard's browser tests will be skipped" \
+		"(install Debian's chromium package)"; fi
 
 $(VENV)/.stamp-bench: $(VENV)/.stamp-dev
 	$(PIP) $(PIP_FLAGS) install -c constraints.txt -e '.[dev,bench]'

@@ -1,0 +1,79 @@
+"""The workspace the dashboard's browser tests look at: the demo's project
+(examples/tabular) taken through the demo's own steps, smaller (three tuning trials),
+built once per test session and shared by the test processes (pytest-xdist workers)
+through a file lock in the session's common temporary folder. The dashboard only reads
+it; a test that acts (promote, rollback) works on its own copy (:func:`copy_of`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[2]
+_SETTINGS = ("REPRISE_WORKSPACE", "REPRISE_STORE_URL", "REPRISE_ARTIFACTS_URL")
+
+
+def _demo(project: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("reprise_demo_ui", ROOT / "examples" / "demo.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.PROJECT = project
+    return module
+
+
+def build(project: Path) -> dict[str, object]:
+    """Run the demo's steps in ``project`` (a fresh copy of examples/tabular); what was
+    made, by name (run ids, model versions), also written to ``project/built.json``."""
+    shutil.copytree(ROOT / "examples" / "tabular", project, ignore=shutil.ignore_patterns(
+        ".reprise", "data", "reports", "__pycache__"))
+    demo = _demo(project)
+    demo.export_data()
+    say = dict(echo=False, capture=True)
+    demo.reprise("init", ".", **say)
+    demo.reprise("data", "add", "cancer", "data/cancer.csv", "--schema", "schema.py:schema",
+                 **say)
+    demo.reprise("tune", "pipeline.py:tabular", "--space", "space.yaml", "--metric",
+                 "train_mlp/best_val_loss", "--trials", "3", "--pruner", "median", "-p",
+                 "C=0.5", **say)
+    best = json.loads(demo.reprise("tune", "show", "tabular", "--json", **say))["best"]
+    params = ["-p", "C=0.5", *(a for k, v in sorted(best["params"].items())
+                               for a in ("-p", f"{k}={v}"))]
+    run = json.loads(demo.reprise("run", "pipeline.py:tabular", *params, "--json", **say))
+    demo.reprise("report", run["run_id"], "--name", "mlp", "-o", "reports/evaluation-mlp.html",
+                 **say)
+    demo.reprise("models", "register", "cancer", "--run", run["run_id"], **say)
+    demo.reprise("models", "promote", "cancer", "1", "--alias", "production", **say)
+    broken = demo.register_broken()
+    made: dict[str, object] = {"run_id": run["run_id"], "study": "tabular",
+                               "model": "cancer", "production": 1, "broken": broken}
+    (project / "built.json").write_text(json.dumps(made))
+    return made
+
+
+def shared(base: Path) -> Path:
+    """The built project under ``base`` (the session's common temporary folder), built by
+    the first process that asks, the others waiting on its lock."""
+    from filelock import FileLock
+
+    project = base / "ui-demo" / "tabular"
+    with FileLock(str(base / "ui-demo.lock")):
+        if not (project / "built.json").exists():
+            shutil.rmtree(project.parent, ignore_errors=True)
+            project.parent.mkdir(parents=True)
+            saved = {k: os.environ.pop(k) for k in _SETTINGS if k in os.environ}
+            try:  # the demo's embedded workspace, whatever this process was given
+                build(project)
+            finally:
+                os.environ.update(saved)
+    return project
+
+
+def copy_of(project: Path, dest: Path) -> Path:
+    """A private copy of the built project (for tests that change it)."""
+    shutil.copytree(project, dest, ignore=shutil.ignore_patterns("*.lock"))
+    return dest
