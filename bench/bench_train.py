@@ -528,7 +528,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    "batches of 32, so its step time is mostly the loop's own",
         "goal": "Reprise Trainer (profiling on) within 2% of the raw loop in samples/s",
     })
-    return finish("train", result, quick=args.quick, fmt=lambda k, v: f"{v:>14,.4g}")
+    name = "train" if args.device == "cpu" else f"train_{args.device}"  # the CPU figures stay
+    return finish(name, result, quick=args.quick, fmt=lambda k, v: f"{v:>14,.4g}")
 
 
 if __name__ == "__main__":
