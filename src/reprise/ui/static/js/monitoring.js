@@ -52,7 +52,7 @@ R.page(async (main) => {
                          size: c.verdict.map(v => v === "drift" ? 12 : 6) },
                text: c.verdict.map((v, i) => `${n}: ${v} (${c.method[i]})`), hoverinfo: "x+y+text" };
     });
-    const layout = { xaxis: { title: "window end (UTC)" }, yaxis: { title: measure.selectedOptions[0].text },
+    const layout = { xaxis: { title: { text: "window end (UTC)" } }, yaxis: { title: { text: measure.selectedOptions[0].text } },
                      showlegend: names.length <= 12 };
     if (measure.value === "p_adjusted") layout.yaxis.type = "log";
     if (!names.length) layout.annotations = [{ text: "no columns", showarrow: false }];

@@ -79,7 +79,7 @@ R.page(async (main) => {
       text: p.map(e => e.action.replace(/^rollout\./, "")), type: "scatter",
       mode: "lines+markers+text", textposition: "top center", line: { shape: "hv" },
       name: "candidate v" + r.candidate + " weight",
-    }], { yaxis: { title: "weight (%)", range: [-5, 110] }, xaxis: { title: "decision time (UTC)" },
+    }], { yaxis: { title: { text: "weight (%)" }, range: [-5, 110] }, xaxis: { title: { text: "decision time (UTC)" } },
           showlegend: false });
   }
 

@@ -10,7 +10,7 @@ R.page(async (main) => {
   const d = await R.api("/tradeoffs" + (args.toString() ? "?" + args : ""));
   const AXES = {
     p99_ms: { label: "p99 latency (ms)", fmt: v => R.fmt(v, 3) + " ms" },
-    cost_per_1k: { label: `cost per 1,000 predictions ($, at $${d.usd_per_hour}/hour)`, fmt: v => "$" + R.fmt(v, 3) },
+    cost_per_1k: { label: `cost per 1,000 predictions ($, at $${d.usd_per_hour}/hour)`, fmt: v => "$" + Number(v).toPrecision(3) },
     energy_joules: { label: "energy of the training (J)", fmt: v => R.fmt(v, 4) + " J" },
   };
   const NOT = "not measured";
@@ -52,7 +52,7 @@ R.page(async (main) => {
       name: kind === "trial" ? "trials" : "versions",
       hovertemplate: "%{text}<br>%{x}<br>" + d.metric + " %{y}<extra></extra>",
     };
-  }), { xaxis: { title: AXES[xAxis].label }, yaxis: { title: d.metric },
+  }), { xaxis: { title: { text: AXES[xAxis].label } }, yaxis: { title: { text: d.metric } },
         annotations: plotted.length ? [] : [{ text: "nothing to plot: no point has both figures",
                                               showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5 }] });
   chart.on("plotly_click", ev => {
