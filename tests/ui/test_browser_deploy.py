@@ -124,7 +124,8 @@ def test_tradeoffs_scatter_and_a_click_opens_the_run(browser: Any, demo_project:
 
 def test_user_strings_on_the_rollout_page_are_text(chromium: Any, demo_project: Path,
                                                    tmp_path: Path) -> None:
-    """A rollout's reason is free text (``--force --reason``): it shows as text."""
+    """A rollout's reason is free text (``--force --reason``): it shows as text. The
+    rollout runs, so its page polls."""
     import reprise
     from reprise.serve import start_rollout
 
@@ -144,6 +145,11 @@ def test_user_strings_on_the_rollout_page_are_text(chromium: Any, demo_project: 
             assert page.get_by_text(XSS, exact=True).count() >= 2  # the record, its start
             assert not dialogs
             assert page.locator("#weights .scatterlayer .trace").count() == 1
+            # a running rollout is polled: its page asks again within a few seconds
+            with page.expect_response(lambda r: f"/api/rollouts/{rec.id}" in r.url,
+                                      timeout=10_000):
+                pass
+            assert "Next decision" in page.locator("#main .kv").inner_text()
             page.goto("/rollouts")
             page.wait_for_selector("table.rollouts")
             assert page.locator("table.rollouts td.reason", has_text=XSS).count() == 1
