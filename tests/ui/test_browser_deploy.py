@@ -31,6 +31,11 @@ def test_rollouts_list_and_a_rollouts_page(browser: Any, demo_project: Path) -> 
     assert cells[1:6] == ["cancer@production", "v2", "v1", "canary", "rolled_back"]
     assert "step 2/3" in cells[6] and "prediction_shift" in cells[8]
     browser.shot("rollouts")
+    page.get_by_label("state").select_option("promoted")
+    page.wait_for_url(re.compile(r"state=promoted"))
+    assert page.locator(".empty").inner_text() == "No rollout matches."
+    page = browser.goto("/rollouts?state=rolled_back")
+    row = page.locator("table.rollouts tbody tr", has=page.get_by_text(rid, exact=True))
 
     row.get_by_role("link", name=rid).click()
     page.wait_for_url(re.compile(r"/rollout\?id="))
