@@ -105,7 +105,10 @@ def test_tradeoffs_scatter_and_a_click_opens_the_run(browser: Any, demo_project:
     assert by_label["cancer:1"][3] == built["run_id"]
     rows = page.locator("table.points tbody tr")
     assert rows.count() == 2
-    assert "rollout" in rows.first.inner_text() and "estimate" in rows.first.inner_text()
+    first = rows.first.locator("td").all_inner_texts()
+    assert first[5].startswith("rollout ")  # where the latency was measured
+    assert re.fullmatch(r"\$[0-9.e-]+", first[6])  # cost per 1,000, computed from it
+    assert re.fullmatch(r"[0-9.]+ J \(\w+\)", first[7])  # the run's energy, its meter
     browser.shot("tradeoffs")
 
     page.get_by_label("Against").select_option("energy_joules")
