@@ -123,6 +123,7 @@ def test_an_ended_rollout_weights_window_and_decisions(made: Any) -> None:
     assert cand["error_rate"] == pytest.approx(0.2) and cand["p99_ms"] >= cand["p50_ms"]
     assert cand["prediction_shift"] is not None and stable["prediction_shift"] is None
     assert body["weights"] == {"stable": 100.0, "candidate": 0.0}
+    assert body["runs"] == {"stable": None, "candidate": None}  # registered from packages
 
 
 def test_a_running_rollout_has_its_checks_now(made: Any) -> None:

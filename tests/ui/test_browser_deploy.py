@@ -46,6 +46,9 @@ def test_rollouts_list_and_a_rollouts_page(browser: Any, demo_project: Path) -> 
     texts = page.locator("#weights .scatterlayer .textpoint").evaluate_all(
         "els => els.map(e => e.textContent)")
     assert texts == ["start", "step", "hold", "rollback"]
+    links = page.locator("a.version-run")
+    assert links.all_inner_texts() == ["v1 (stable)", "v2 (candidate)"]
+    assert links.first.get_attribute("href") == f"/run?id={_built(demo_project)['run_id']}"
     decisions = page.locator(".decision")
     assert decisions.count() == 4
     assert decisions.nth(0).locator("h3").inner_text().endswith("start → 10%")
@@ -116,6 +119,18 @@ def test_tradeoffs_scatter_and_a_click_opens_the_run(browser: Any, demo_project:
     page.wait_for_selector("#tradeoffs .scatterlayer .trace .point")
     assert "energy of the training" in page.locator("#tradeoffs .xtitle").text_content()
 
+    # a study's trials: never served (latency not measured), their training's energy is
+    page = browser.goto("/tradeoffs?study=tabular&metric=val_loss&x=energy_joules")
+    page.wait_for_selector("#tradeoffs .scatterlayer .trace .point")
+    trials = page.evaluate("() => document.getElementById('tradeoffs').data.map("
+                           "t => [t.name, t.text.length])")
+    assert trials == [["trials", 3]]
+    rows = page.locator("table.points tbody tr")
+    assert rows.count() == 3 and rows.first.inner_text().startswith("tabular #0")
+    assert rows.first.locator("td").nth(4).inner_text() == "not measured"  # p99
+    trial_runs = page.evaluate("() => document.getElementById('tradeoffs').data[0].customdata")
+    assert len(set(trial_runs)) == 3 and built["run_id"] not in trial_runs
+
     if httpx.get(f"{ui_url}/run").status_code == 404:
         # the run page is another part of the dashboard: until it is there, its address
         # answers a stand-in here, so that the click is checked, not the missing page
@@ -127,7 +142,7 @@ def test_tradeoffs_scatter_and_a_click_opens_the_run(browser: Any, demo_project:
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     page.wait_for_url(re.compile(r"/run\?id="))
-    assert page.url.split("id=")[1] in {p[3] for p in points}
+    assert page.url.split("id=")[1] in trial_runs
 
 
 def test_user_strings_on_the_rollout_page_are_text(chromium: Any, demo_project: Path,

@@ -84,7 +84,7 @@ def router(ctx: UiContext) -> APIRouter:
         versions["candidate"]["prediction_shift"] = shift["value"] if shift else None
         versions["stable"]["prediction_shift"] = None
         answer: dict[str, Any] = clean({
-            "rollout": _row(rec),
+            "rollout": _row(rec), "runs": _runs(ctx, rec),
             "weights": {"stable": 100.0 - rec.weight, "candidate": rec.weight},
             "window": {"since_stable": stable_w.since, "since_candidate": cand_w.since,
                        "until": at},
@@ -95,6 +95,15 @@ def router(ctx: UiContext) -> APIRouter:
         return answer
 
     return router
+
+
+def _runs(ctx: UiContext, rec: Any) -> dict[str, str | None]:
+    """The runs that produced the two versions (None: registered from a package)."""
+    out: dict[str, str | None] = {}
+    for role, version in (("stable", rec.stable), ("candidate", rec.candidate)):
+        v = ctx.store.get_model_version(rec.name, version)
+        out[role] = None if v is None else v.run_id
+    return out
 
 
 def _decision(e: Any) -> dict[str, Any]:

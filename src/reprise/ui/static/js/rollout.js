@@ -25,12 +25,17 @@ R.page(async (main) => {
 
   function draw(d) {
     const r = d.rollout;
+    // a version links to the run that produced it, when there is one
+    const version = (v, role) => {
+      const text = `v${v} (${role})`;
+      return d.runs[role] ? R.h("a", { href: R.link("run", { id: d.runs[role] }), class: "version-run" }, text) : text;
+    };
     const where = r.strategy === "canary"
       ? `step ${r.step + 1} of ${r.steps.length} (weights ${r.steps.join(", ")} %)`
       : `phase ${r.phase}`;
     const head = R.h("div", { class: "card" }, R.kv({
       "Model": r.ref,
-      "Versions": `v${r.stable} (stable) → v${r.candidate} (candidate)`,
+      "Versions": R.h("span", {}, version(r.stable, "stable"), " → ", version(r.candidate, "candidate")),
       "Strategy": r.strategy, "State": R.badge(r.state), "Progress": where,
       "Candidate weight": R.fmt(r.weight) + "%",
       "Started": R.time(r.created_at), "Ended": R.time(r.ended_at),
