@@ -51,6 +51,8 @@ def build(project: Path) -> dict[str, object]:
     broken = demo.register_broken()
     made: dict[str, object] = {"run_id": run["run_id"], "study": "tabular",
                                "model": "cancer", "production": 1, "broken": broken}
+    made["rollout"] = record_rollout(project, broken)
+    made["monitoring"] = record_monitoring(project)
     (project / "built.json").write_text(json.dumps(made))
     return made
 
@@ -77,3 +79,117 @@ def copy_of(project: Path, dest: Path) -> Path:
     """A private copy of the built project (for tests that change it)."""
     shutil.copytree(project, dest, ignore=shutil.ignore_patterns("*.lock"))
     return dest
+
+
+def record_rollout(project: Path, candidate: int) -> str:
+    """A canary of the broken ``cancer:CANDIDATE`` on ``cancer@production``, through
+    reprise.serve's own functions: :func:`start_rollout` (forced: its gates failed), the
+    per-version outcome buckets a server flushes (``store.add_buckets``), and
+    :func:`analyze_once` deciding as a server's decider does, a real second apart: a step
+    (both versions answer alike at 10 %), then two failed prediction-shift checks (the
+    candidate answers one class only) and the rollback. The traffic is made up here
+    (counts, latencies, outputs); the decisions and their evidence are the analysis' own.
+    Returns the rollout's id."""
+    import time
+
+    import reprise
+    from reprise.core import LATENCY_BOUNDS_MS, BucketRow
+    from reprise.core._rollout_types import bucket_of, bucket_seconds, latency_index
+    from reprise.serve import analyze_once, start_rollout
+
+    ws = reprise.open_workspace(project)
+    rec = start_rollout("cancer", candidate, steps=[10, 50, 100], interval="1s",
+                        policy={"analysis": {"min_requests": 100}}, force=True,
+                        reason="the UI demo: a canary of a model whose gates failed",
+                        workspace=ws)
+
+    def feed(version: int, requests: int, ms: float, outputs: dict[str, int]) -> None:
+        latency = [0] * (len(LATENCY_BOUNDS_MS) + 1)
+        latency[latency_index(ms)] = requests - requests // 10
+        latency[latency_index(ms * 4)] += requests // 10  # a slow tenth: a p99 above p50
+        ws.metadata.add_buckets([BucketRow(
+            rec.id, version, bucket_of(time.time(), bucket_seconds(rec.interval_s)),
+            "demo-server", requests, 0, latency, outputs)])
+
+    def decide() -> str:
+        for _ in range(40):  # a decision is due an interval after the last one
+            time.sleep(0.3)
+            d = analyze_once("cancer", "production", workspace=ws)
+            if d.action != "wait":
+                return str(d.action)
+        raise RuntimeError("the demo's rollout took no decision")
+
+    feed(1, 1800, 3.0, {"0": 670, "1": 1130})
+    feed(candidate, 200, 3.5, {"0": 74, "1": 126})
+    assert decide() == "step"
+    while True:  # the candidate at 50 %: it answers "1" (benign) whatever it is asked
+        feed(1, 600, 3.0, {"0": 220, "1": 380})
+        feed(candidate, 600, 4.0, {"1": 600})
+        action = decide()
+        if action != "hold":
+            break
+    assert action == "rollback", action
+    return str(rec.id)
+
+
+def record_monitoring(project: Path) -> dict[str, object]:
+    """Monitoring of ``cancer@production`` through reprise.monitor's own functions: the
+    request log of v1 (600 rows drawn from the demo's data answered by the real model, written as the
+    server writes its chunks; the last 150 rows with ``mean_radius`` 60 % larger), four
+    live windows judged and stored by :func:`live_report`, then one round of the closed
+    loop (:func:`watch_once`) that records the drift alarm and its notify action (POSTed
+    to a webhook served here). Latencies and arrival times are made up."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    import pandas as pd
+
+    import reprise
+    from reprise.monitor import live_report, watch_once
+    from reprise.monitor._loop import live_detector
+    from reprise.registry import load_model
+    from reprise.serve._reqlog import _Record, build_table
+    from reprise.store._request_log import write_request_chunk
+
+    ws = reprise.open_workspace(project)
+    pkg = load_model("cancer:1", workspace=ws)
+    frame = pd.read_csv(project / "data" / "cancer.csv")
+    frame = frame.sample(600, random_state=0, replace=True).reset_index(drop=True)
+    frame.loc[450:, "mean_radius"] *= 1.6  # the newest window drifts
+    columns = [f.name for f in pkg.signature.inputs]
+    start = time.time() - 3600
+    records = []
+    for k, i in enumerate(range(0, len(frame), 5)):
+        part = frame.iloc[i:i + 5]
+        cols = pkg.signature.validate_columns({c: part[c].to_numpy() for c in columns}).columns
+        outs = pkg.predict(cols)
+        records.append(_Record("cancer", 1, f"demo-{k}", start + k * 29.0,
+                               float(3.0 + (k % 7) * 0.4), len(part), cols, outs))
+    write_request_chunk(ws, build_table(records), name="cancer", version=1, server="demo",
+                        first_at=records[0].at, last_at=records[-1].at,
+                        requests=len(records))
+    live_report("cancer@production", window=150, windows=4, workspace=ws)
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    hook = HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    try:
+        policy = {"window": 150, "rules": [{"on": ["input_drift", "prediction_drift"],
+                                            "do": ["notify"]}],
+                  "notify": {"url": f"http://127.0.0.1:{hook.server_port}/hook"}}
+        result = watch_once("cancer@production", policy,
+                            live_detector("cancer@production", workspace=ws, window=150),
+                            workspace=ws)
+    finally:
+        hook.shutdown()
+        hook.server_close()
+    return {"alarms": list(result.new_alarms)}

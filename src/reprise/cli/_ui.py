@@ -28,6 +28,9 @@ def ui(
     if port < 0 or port > 65535:
         raise UserError(f"--port must be between 0 and 65535, not {port}.")
     ws = workspace()
+    from reprise.cli._drift_check import install_input_drift_check
+
+    install_input_drift_check(ws)  # a rollout page's checks, as `reprise rollout status`'s
     typer.echo(f"Reprise dashboard for {ws.root} on http://{host}:{port}/ (Ctrl-C stops)")
     try:
         run_ui(ws, host=host, port=port, allow_actions=allow_actions)
