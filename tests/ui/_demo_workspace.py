@@ -51,8 +51,22 @@ def build(project: Path) -> dict[str, object]:
     broken = demo.register_broken()
     made: dict[str, object] = {"run_id": run["run_id"], "study": "tabular",
                                "model": "cancer", "production": 1, "broken": broken}
+    made["dataset_versions"] = add_second_dataset_version(demo, project)
     (project / "built.json").write_text(json.dumps(made))
     return made
+
+
+def add_second_dataset_version(demo: ModuleType, project: Path) -> int:
+    """``cancer@2`` (the runs above all read ``cancer@1``): 40 rows fewer and one column
+    rescaled, so that the datasets page's diff of two versions has something to show."""
+    import pandas as pd
+
+    frame = pd.read_csv(project / "data" / "cancer.csv")
+    frame = frame.iloc[40:].copy()
+    frame["mean_texture"] = frame["mean_texture"] * 1.5
+    frame.to_csv(project / "data" / "cancer-v2.csv", index=False)
+    demo.reprise("data", "add", "cancer", "data/cancer-v2.csv", echo=False, capture=True)
+    return 2
 
 
 def shared(base: Path) -> Path:
