@@ -3,6 +3,9 @@
    column), its other versions, and the diff of any two versions (`reprise data diff`). */
 "use strict";
 
+// Plotly reads tags and entities in its texts: a user string is escaped to show as typed
+const plain = s => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+
 R.page(async (main) => {
   const { h } = R;
   const q = R.params();
@@ -58,16 +61,16 @@ R.page(async (main) => {
       const hist = p.histogram;
       if (hist && hist.counts && hist.counts.length) {
         const e = hist.edges;
-        R.chart(chartDiv, [{ type: "bar", name: c, y: hist.counts,
+        R.chart(chartDiv, [{ type: "bar", name: plain(c), y: hist.counts,
           x: hist.counts.map((_, i) => (e[i] + e[i + 1]) / 2),
           width: hist.counts.map((_, i) => e[i + 1] - e[i]),
           marker: { color: "#2f5fd0", line: { width: 1, color: "#fff" } },
           hovertemplate: "%{x}: %{y}<extra></extra>" }],
-        { xaxis: { title: { text: c } }, yaxis: { title: { text: "rows" } }, bargap: 0 });
+        { xaxis: { title: { text: plain(c) } }, yaxis: { title: { text: "rows" } }, bargap: 0 });
       } else if (p.top && p.top.length) {
-        R.chart(chartDiv, [{ type: "bar", name: c, x: p.top.map(t => String(t[0])),
+        R.chart(chartDiv, [{ type: "bar", name: plain(c), x: p.top.map(t => plain(t[0])),
           y: p.top.map(t => t[1]), marker: { color: "#2f5fd0" } }],
-        { xaxis: { title: { text: c }, type: "category" }, yaxis: { title: { text: "rows" } } });
+        { xaxis: { title: { text: plain(c) }, type: "category" }, yaxis: { title: { text: "rows" } } });
       } else {
         Plotly.purge(chartDiv);
         chartDiv.replaceChildren(h("p", { class: "muted" }, `No histogram for ${c}.`));
@@ -81,10 +84,11 @@ R.page(async (main) => {
   // the diff of two versions
   const diffOut = h("div", { id: "diff" });
   const options = sel => d.versions.map(v => h("option", { value: v.version, selected: v.version === sel }, v.ref));
+  // this version against the one before it (the oldest: against the newest)
   const older = d.versions.find(v => v.version < d.version);
-  const oldSel = h("select", { "aria-label": "old version", id: "diff-old" },
-    options(older ? older.version : d.version));
-  const newSel = h("select", { "aria-label": "new version", id: "diff-new" }, options(d.version));
+  const pair = older ? [older.version, d.version] : [d.version, d.versions[0].version];
+  const oldSel = h("select", { "aria-label": "old version", id: "diff-old" }, options(pair[0]));
+  const newSel = h("select", { "aria-label": "new version", id: "diff-new" }, options(pair[1]));
   const compare = async () => {
     diffOut.replaceChildren(h("p", { class: "muted" }, "Comparing…"));
     try {

@@ -3,6 +3,9 @@
    Plotly gives pan and zoom, and a click on a node shows its details beside the graph. */
 "use strict";
 
+// Plotly reads tags and entities in its texts: a user string is escaped to show as typed
+const plain = s => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+
 R.page(async (main) => {
   const { h } = R;
   const ref = (R.params().get("ref") || "").trim();
@@ -58,6 +61,12 @@ R.page(async (main) => {
     return layer[i];
   };
   nodes.forEach((_, i) => depth(i, new Set()));
+  // a source (a dataset, the code) sits just before the first node that reads it
+  const succs = nodes.map(() => []);
+  for (const e of data.edges) succs[index.get(e.from)].push(index.get(e.to));
+  nodes.forEach((_, i) => {
+    if (!preds[i].length && succs[i].length) layer[i] = Math.min(...succs[i].map(j => layer[j])) - 1;
+  });
   // within a layer, nodes ordered by the mean position of their predecessors
   const y = new Array(nodes.length).fill(0);
   const layers = [];
@@ -79,7 +88,7 @@ R.page(async (main) => {
     model: { color: "#c62828", symbol: "star-diamond", size: 24 },
   };
   const style = n => STYLE[n.kind] || { color: "#444", symbol: "circle", size: 12 };
-  const short = s => (s.length > 22 ? s.slice(0, 21) + "…" : s);
+  const short = s => (s.length > 18 ? s.slice(0, 17) + "…" : s);
   const annotations = data.edges.map(e => {
     const a = index.get(e.from), b = index.get(e.to);
     return { x: layer[b], y: y[b], ax: layer[a], ay: y[a], xref: "x", yref: "y", axref: "x",
@@ -88,13 +97,23 @@ R.page(async (main) => {
   });
   const trace = {
     type: "scatter", mode: "markers+text", x: nodes.map((_, i) => layer[i]), y,
-    text: nodes.map(n => short(String(n.label))), textposition: "bottom center",
+    text: nodes.map(n => plain(short(String(n.label)))),
+    // labels above and below in turn, layer by layer, so that neighbours' do not collide
+    textposition: nodes.map((_, i) => (layer[i] % 2 ? "top center" : "bottom center")),
     customdata: nodes.map((_, i) => i),
-    hovertext: nodes.map(n => `${n.kind}: ${n.label}`), hoverinfo: "text",
+    hovertext: nodes.map(n => plain(`${n.kind}: ${n.label}`)), hoverinfo: "text",
     marker: { color: nodes.map(n => style(n).color), symbol: nodes.map(n => style(n).symbol),
               size: nodes.map(n => style(n).size), line: { width: 1, color: "#fff" } },
     textfont: { size: 11 },
   };
+  // the same nodes as a list (keyboard and screen readers reach them; a click selects)
+  main.append(R.section("Nodes", R.table([
+    { label: "Kind", get: n => R.badge(n.kind) },
+    { label: "Node", get: n => h("a", { href: "#", class: "node-link", onclick: ev => {
+      ev.preventDefault(); show(index.get(n.id)); side.scrollIntoView({ block: "nearest" });
+    } }, n.label) },
+    { label: "Hash", get: n => h("span", { class: "mono" }, n.hash ? n.hash.slice(0, 16) : "—") },
+  ], nodes, { class: "lineage-nodes" })));
   const axis = { visible: false, zeroline: false, showgrid: false };
   await R.chart(graphDiv, [trace], {
     annotations, showlegend: false, dragmode: "pan", margin: { l: 20, r: 20, t: 20, b: 20 },
@@ -133,7 +152,7 @@ R.page(async (main) => {
     side.replaceChildren(
       h("h2", {}, n.label), h("p", {}, R.badge(n.kind)),
       R.kv(Object.assign(details, { from: incoming.join(", ") || null, to: outgoing.join(", ") || null })),
-      links.length ? h("p", { class: "links" }, links.flatMap((a, k) => (k ? [" · ", a] : [a]))) : null);
+      h("p", { class: "links" }, links.flatMap((a, k) => (k ? [" · ", a] : [a]))));
     side.dataset.node = n.id;
   }
   graphDiv.on("plotly_click", ev => {
@@ -141,12 +160,4 @@ R.page(async (main) => {
     if (p && p.customdata !== undefined) show(p.customdata);
   });
 
-  // the same nodes as a list (keyboard and screen readers reach them; a click selects)
-  main.append(R.section("Nodes", R.table([
-    { label: "Kind", get: n => R.badge(n.kind) },
-    { label: "Node", get: n => h("a", { href: "#", class: "node-link", onclick: ev => {
-      ev.preventDefault(); show(index.get(n.id)); side.scrollIntoView({ block: "nearest" });
-    } }, n.label) },
-    { label: "Hash", get: n => h("span", { class: "mono" }, n.hash ? n.hash.slice(0, 16) : "—") },
-  ], nodes, { class: "lineage-nodes" })));
 });
