@@ -31,17 +31,19 @@ def _click_node(page: Any, graph: dict[str, Any], index: int) -> None:
     want = f"{node['kind']}: {node['label']}"
     point = page.locator("#lineage-graph .scatterlayer .trace .points path.point").nth(index)
     hover = page.locator("#lineage-graph .hoverlayer .hovertext")
-    for _ in range(25):
+    for _ in range(30):
         box = point.bounding_box()
         assert box is not None
         x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
         page.mouse.move(x, y - 60)
         page.mouse.move(x, y, steps=3)
-        if hover.count() and want in (hover.first.text_content() or ""):
-            page.mouse.click(x, y)
-            return
-        page.wait_for_timeout(200)
-    raise AssertionError(f"could not hover the node {want!r}")
+        for _ in range(5):  # Plotly draws its hover label on the next frame
+            if hover.count() and want in (hover.first.text_content() or ""):
+                page.mouse.click(x, y)
+                return
+            page.wait_for_timeout(100)
+    raise AssertionError(f"could not hover the node {want!r} at {box}: "
+                         f"{hover.all_text_contents()}")
 
 
 def test_the_lineage_of_the_demo_run_reaches_the_dataset_and_a_click_shows_a_node(
@@ -163,9 +165,11 @@ def test_a_dataset_shows_its_schema_a_histogram_and_a_diff(browser: Any) -> None
     diff.locator("table.diff-columns").wait_for()
     assert "cancer@1 → cancer@2" in diff.inner_text()
     assert "569 → 529" in diff.inner_text()
-    texture = " ".join(diff.locator("table.diff-columns tr", has_text="mean_texture")
-                       .all_inner_texts())
-    assert "max" in texture and "39.28" in texture and "58.92" in texture
+    head = diff.locator("table.diff-columns th").all_inner_texts()
+    assert head[0] == "Column" and "max" in head
+    texture = diff.locator("table.diff-columns tr", has_text="mean_texture").first
+    cells = texture.locator("td").all_inner_texts()
+    assert cells[head.index("max")] == "39.28 → 58.92"
     browser.shot("dataset")
     # the same version on both sides: identical
     page.locator("#diff-old").select_option("2")

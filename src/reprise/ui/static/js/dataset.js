@@ -112,17 +112,15 @@ R.page(async (main) => {
     for (const k of ["files", "bytes"]) if (x[k]) summary[k] = `${R.fmt(x[k].old)} → ${R.fmt(x[k].new)}`;
     for (const k of ["added", "removed", "changed"]) if (Array.isArray(x[k])) summary[`files ${k}`] = x[k].length;
     parts.push(R.kv(summary));
-    const rows = [];
-    for (const [c, stats] of Object.entries(x.columns || {})) {
-      for (const [s, v] of Object.entries(stats)) {
-        if (v && typeof v === "object" && !Array.isArray(v) && "old" in v) rows.push({ column: c, stat: s, old: v.old, new: v.new });
-        else rows.push({ column: c, stat: s, old: null, new: Array.isArray(v) ? v.join(", ") : v });
-      }
-    }
-    parts.push(rows.length ? R.table([
-      { label: "Column", get: r => r.column }, { label: "Statistic", get: r => r.stat },
-      { label: "Old", get: r => r.old }, { label: "New", get: r => r.new },
-    ], rows, { class: "diff-columns" }) : h("p", { class: "muted" }, "No column statistic changed."));
+    // one row per changed column, one cell per statistic: old → new
+    const changed = Object.entries(x.columns || {});
+    const stats = [...new Set(changed.flatMap(([, st]) => Object.keys(st)))];
+    const cellOf = v => (v && typeof v === "object" && !Array.isArray(v) && "old" in v
+      ? `${R.fmt(v.old)} → ${R.fmt(v.new)}` : Array.isArray(v) ? v.join(", ") : v);
+    parts.push(changed.length ? R.table([
+      { label: "Column", get: ([c]) => c },
+      ...stats.map(k => ({ label: k.replace(/_/g, " "), get: ([, st]) => (k in st ? cellOf(st[k]) : "") })),
+    ], changed, { class: "diff-columns" }) : h("p", { class: "muted" }, "No column statistic changed."));
     diffOut.replaceChildren(...parts);
   }
   if (d.versions.length > 1) await compare();

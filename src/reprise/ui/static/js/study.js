@@ -41,7 +41,7 @@ R.page(async (main) => {
         marker: { size: 9, color: "#2f5fd0" }, hovertemplate: "trial %{x}: %{y}<extra></extra>" },
       { type: "scatter", mode: "lines", name: "best so far", x: done.map(t => t.number), y: bestSoFar,
         line: { shape: "hv", color: "#c62828" } },
-    ], { xaxis: { title: { text: "trial" }, dtick: 1 }, yaxis: { title: { text: "objective" } } });
+    ], { xaxis: { title: { text: "trial" }, tickformat: "d" }, yaxis: { title: { text: "objective" } } });
     const imp = Object.entries(s.importances || {}).sort((a, b) => a[1] - b[1]);
     if (imp.length) {
       R.chart(importances, [{ type: "bar", orientation: "h", x: imp.map(e => e[1]), y: imp.map(e => plain(e[0])),
