@@ -99,7 +99,16 @@ def test_the_lineage_of_the_production_model_reaches_cancer_1(browser: Any,
     # the list of nodes selects too (keyboard users)
     page.locator("table.lineage-nodes a.node-link", has_text="cancer@1").click()
     details.locator("h2", has_text="cancer@1").wait_for()
-    assert "Lineage of this" in details.inner_text()
+    assert "Open the dataset" in details.inner_text()
+    # an artifact's own lineage, from its node
+    package = next(n for n in graph["nodes"] if n["kind"] == "step" and n["label"] == "package")
+    out = next(e["to"] for e in graph["edges"] if e["from"] == package["id"])
+    label = next(n["label"] for n in graph["nodes"] if n["id"] == out)
+    page.locator("table.lineage-nodes a.node-link", has_text=label).first.click()
+    details.get_by_role("link", name="Lineage of this").click()
+    page.wait_for_url("**/lineage?ref=*")
+    page.locator("#lineage-graph .scatterlayer text", has_text="cancer@1").wait_for()
+    assert "Upstream of artifact" in page.locator("main").inner_text()
 
 
 def test_from_the_runs_to_a_run_lineage_by_the_nav_and_the_ref_box(browser: Any,

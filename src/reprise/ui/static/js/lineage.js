@@ -145,7 +145,7 @@ R.page(async (main) => {
     if (page) links.push(h("a", { href: page }, n.kind === "dataset" ? "Open the dataset" : "Open the model"));
     if (n.kind === "run") links.push(h("a", { href: R.link("run", { id: n.run }) }, "Open the run"));
     const again = n.kind === "run" ? n.run : n.kind === "model" ? n.label
-      : n.kind === "artifact" || n.kind === "dataset" ? n.hash : null;
+      : n.kind === "artifact" ? n.hash : null;
     if (again && again !== data.ref) links.push(h("a", { href: R.link("lineage", { ref: again }) }, "Lineage of this"));
     const incoming = data.edges.filter(e => e.to === n.id).map(e => nodes[index.get(e.from)].label);
     const outgoing = data.edges.filter(e => e.from === n.id).map(e => nodes[index.get(e.to)].label);
