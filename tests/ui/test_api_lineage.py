@@ -108,6 +108,11 @@ def test_lineage_of_a_run_reaches_the_dataset_version_and_the_code(made: dict[st
     by_hash = client.get("/api/lineage", params={"ref": out["hash"]}).json()
     assert by_hash["kind"] == "artifact"
     assert "nums@1" in {n["label"] for n in by_hash["nodes"]}
+    with reprise.start_run("plain", workspace=made["ws"]) as plain:  # no pipeline, no steps
+        pass
+    alone = client.get("/api/lineage", params={"ref": plain.id}).json()
+    assert [(n["kind"], n["label"]) for n in alone["nodes"]] == [("run", "plain")]
+    assert alone["edges"] == []
 
 
 BAD_REFS = [

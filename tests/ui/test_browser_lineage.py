@@ -237,3 +237,20 @@ def test_markup_in_a_study_name_and_params_shows_as_text(browser: Any,
     assert page.locator("img").count() == 0 and page.locator("main script").count() == 0
     assert "<img src=x onerror=alert(2)>" in page.locator("table.trials").inner_text()
     assert dialogs == []
+
+
+def test_a_run_named_like_markup_shows_as_text_in_its_lineage(browser: Any, ui_url: str,
+                                                             demo_project: Path) -> None:
+    """The markup study's own run (a tuning run outside any pipeline: nothing upstream)."""
+    name = "tune:" + _built(demo_project)["markup_study"]
+    runs = httpx.get(f"{ui_url}/api/runs", params={"q": f"name = '{name}'"}, timeout=60).json()
+    (run,) = runs["runs"]
+    dialogs: list[str] = []
+    browser.page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page = browser.goto(f"/lineage?ref={run['id']}")
+    assert page.locator("#lineage-empty").is_visible()
+    label = page.locator("#lineage-graph .scatterlayer text").first.text_content()
+    assert label == name[:17] + "…"  # as typed (shortened), not markup
+    page.locator("table.lineage-nodes a.node-link").first.click()
+    assert page.locator("#lineage-details h2").inner_text() == name
+    assert page.locator("main script").count() == 0 and dialogs == []

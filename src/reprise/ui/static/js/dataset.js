@@ -81,6 +81,10 @@ R.page(async (main) => {
     draw(first);
   }
 
+  if (!names.length && d.profile) {  // a folder or a file: counts, sizes, extensions
+    main.append(R.section("Profile", R.kv(d.profile)));
+  }
+
   // the diff of two versions
   const diffOut = h("div", { id: "diff" });
   const options = sel => d.versions.map(v => h("option", { value: v.version, selected: v.version === sel }, v.ref));

@@ -39,6 +39,10 @@ R.page(async (main) => {
   main.append(h("p", { class: "muted" }, `Upstream of ${what} `, h("code", {}, data.ref),
     `: ${data.nodes.length} nodes. Drag to pan, scroll to zoom, click a node for its details.`));
 
+  if (!data.edges.length) {  // a run outside any pipeline records no steps
+    main.append(h("p", { class: "muted", id: "lineage-empty" },
+      "Nothing upstream is recorded: lineage is kept for pipeline runs (reprise run) and what they made."));
+  }
   const graphDiv = h("div", { id: "lineage-graph", class: "chart", style: "height: 640px" });
   const side = h("aside", { class: "card", id: "lineage-details", style: "flex: 0 0 360px" },
     h("h2", {}, "Details"), h("p", { class: "muted" }, "Click a node."));
