@@ -26,9 +26,10 @@ def _version_row(r: DatasetRecord) -> dict[str, Any]:
 
 
 def router(ctx: UiContext) -> APIRouter:
-    from fastapi import APIRouter, Query
+    from fastapi import APIRouter, Path, Query
 
     router = APIRouter(tags=["datasets"])
+    dataset_name = Path(description="The dataset's name (reprise data add NAME ...).")
 
     def _get(ref: str) -> DatasetRecord:
         from reprise.data._dataset import DatasetNotFoundError, get_dataset
@@ -52,7 +53,7 @@ def router(ctx: UiContext) -> APIRouter:
 
     @router.get("/api/datasets/{name}", summary="One version of a dataset: source, schema, "
                 "validation, profile (with histograms), and the dataset's other versions")
-    def dataset(name: str, version: str = Query(
+    def dataset(name: str = dataset_name, version: str = Query(
             "latest", description="A version number, or 'latest'.")) -> dict[str, Any]:
         from reprise.data._dataset import validate_name
 
@@ -68,7 +69,7 @@ def router(ctx: UiContext) -> APIRouter:
 
     @router.get("/api/datasets/{name}/diff", summary="What changed between two versions: "
                 "rows, columns added or removed, type changes, per-column statistics")
-    def diff(name: str,
+    def diff(name: str = dataset_name,
              old: str = Query(..., description="The older version (a number or 'latest')."),
              new: str = Query(..., description="The newer version (a number or 'latest').")
              ) -> dict[str, Any]:

@@ -15,7 +15,7 @@ __all__ = ["router"]
 
 
 def router(ctx: UiContext) -> APIRouter:
-    from fastapi import APIRouter
+    from fastapi import APIRouter, Path
 
     router = APIRouter(tags=["studies"])
 
@@ -28,7 +28,8 @@ def router(ctx: UiContext) -> APIRouter:
     @router.get("/api/studies/{name:path}", summary="One study: its trials (state, value, "
                 "params, run), counts by state, best trial, settings, parameter importances "
                 "(fANOVA)")
-    def study(name: str) -> dict[str, Any]:
+    def study(name: str = Path(description="The study's name (reprise tune list).")
+              ) -> dict[str, Any]:
         from reprise.tune import show_study
 
         answer: dict[str, Any] = clean(show_study(ctx.workspace, name))
