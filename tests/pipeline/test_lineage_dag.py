@@ -112,3 +112,53 @@ def test_an_artifact_lineage_lists_only_its_ancestors(run_tree: Any) -> None:
     steps = lineage_steps(ws, lineage(ws, target))
     assert [s["step"] for s in steps] == ["load", "split", "featurize", "fit_a"]
     assert [o["final"] for o in steps[-1]["outputs"]] == [True]
+
+
+PASS_THROUGH = '''
+import reprise
+from reprise import File, step
+
+
+@step
+def read(src: File) -> str:
+    return src.read_text()
+
+
+@step
+def check(text: str) -> str:
+    assert text.strip()
+    return text  # passed through unchanged: the same hash as read's output
+
+
+@step
+def size(text: str) -> int:
+    return len(text)
+
+
+@reprise.pipeline
+def flow(src: File = File("data.txt")):
+    return size(check(read(src)))
+'''
+
+
+def test_an_artifact_lineage_passes_through_a_step_that_returns_its_input(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """By hash (as a registered model's lineage goes), a step whose output is its input
+    is not taken for that input's producer: the walk goes on down to the raw file."""
+    (tmp_path / "passflow.py").write_text(textwrap.dedent(PASS_THROUGH))
+    (tmp_path / "data.txt").write_text("some text")
+    monkeypatch.chdir(tmp_path)
+    ws = reprise.init(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    from reprise.pipeline import load_pipeline
+
+    try:
+        res = load_pipeline("passflow.py:flow").run(workers=1)
+        (final,) = lineage(ws, res.run_id)["nodes"]
+        steps = lineage_steps(ws, lineage(ws, final["hash"]))
+        assert [s["step"] for s in steps] == ["read", "check", "size"]
+        (src,) = steps[0]["inputs"]
+        assert src["source"] == "data.txt"
+    finally:
+        sys.modules.pop("passflow", None)
+        ws.close()

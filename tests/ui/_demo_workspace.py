@@ -53,8 +53,42 @@ def build(project: Path) -> dict[str, object]:
                                "model": "cancer", "production": 1, "broken": broken}
     made["rollout"] = record_rollout(project, broken)
     made["monitoring"] = record_monitoring(project)
+    made["dataset_versions"] = add_second_dataset_version(demo, project)
+    made["markup_study"] = add_markup_study(project)
     (project / "built.json").write_text(json.dumps(made))
     return made
+
+
+def add_second_dataset_version(demo: ModuleType, project: Path) -> int:
+    """``cancer@2`` (the runs above all read ``cancer@1``): 40 rows fewer and one column
+    rescaled, so that the datasets page's diff of two versions has something to show."""
+    import pandas as pd
+
+    frame = pd.read_csv(project / "data" / "cancer.csv")
+    frame = frame.iloc[40:].copy()
+    frame["mean_texture"] = frame["mean_texture"] * 1.5
+    frame.to_csv(project / "data" / "cancer-v2.csv", index=False)
+    demo.reprise("data", "add", "cancer", "data/cancer-v2.csv", echo=False, capture=True)
+    return 2
+
+
+MARKUP = "<script>alert(1)</script>"
+
+
+def add_markup_study(project: Path) -> str:
+    """A three-trial study named like markup, with markup among a param's choices: the
+    studies pages must show them as text."""
+    import reprise
+
+    ws = reprise.open_workspace(project)
+    try:
+        reprise.tune(lambda p: len(p["kind"]) / 10 + p["x"],
+                     {"kind": ["<b>bold</b>", "<img src=x onerror=alert(2)>"],
+                      "x": {"low": 0.0, "high": 1.0}},
+                     n_trials=3, study=MARKUP, sampler="random", report=False, workspace=ws)
+    finally:
+        ws.close()
+    return MARKUP
 
 
 def shared(base: Path) -> Path:

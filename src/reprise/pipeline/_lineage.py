@@ -20,8 +20,14 @@ def lineage(ws: Any, ref: str) -> dict[str, Any]:
     """
     meta = ws.metadata
     if is_hash(ref):
-        def any_producer(_: dict[str, Any] | None, h: str) -> dict[str, Any] | None:
-            producers = meta.producers_of(h)
+        def any_producer(consumer: dict[str, Any] | None, h: str) -> dict[str, Any] | None:
+            # not the consumer itself: a step that passes its input through unchanged
+            # outputs the same hash, and would stop the walk short of the raw inputs
+            producers = [p for p in meta.producers_of(h)
+                         if consumer is None or p["id"] != consumer["id"]]
+            if consumer is not None:  # one that had run when the consumer started
+                producers = [p for p in producers
+                             if p["started_at"] <= consumer["started_at"]] or producers
             return producers[0] if producers else None
 
         return {"kind": "artifact", "root": ref,
