@@ -5,6 +5,7 @@ unknown runs (404), user strings returned as data."""
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +24,27 @@ XSS = "<script>alert(1)</script>"
 
 class Api:
     """A synchronous face on httpx's ASGI transport (no sockets; Starlette's own
-    TestClient warns about its httpx use, and warnings are errors here)."""
+    TestClient warns about its httpx use, and warnings are errors here). Each request
+    runs in a thread of its own: in a process whose browser tests started Playwright
+    (which keeps an event loop in the main thread), asyncio.run cannot run there."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
-    def get(self, path: str, **kw: Any) -> httpx.Response:
+    def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
         async def go() -> httpx.Response:
             transport = httpx.ASGITransport(app=self.app)
             async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
-                return await c.get(path, **kw)
+                return await c.request(method, path, **kw)
 
-        return asyncio.run(go())
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, go()).result()
+
+    def get(self, path: str, **kw: Any) -> httpx.Response:
+        return self.request("GET", path, **kw)
+
+    def post(self, path: str, **kw: Any) -> httpx.Response:
+        return self.request("POST", path, **kw)
 
 
 @pytest.fixture
