@@ -1,0 +1,188 @@
+"""The run page in a real Chromium over the demo's workspace: the pipeline run's metric
+charts drawn (zoom re-fetches at full resolution, log scale, smoothing, x = time), its
+steps cached and executed, its artifacts previewed (a parquet table, the HTML report in a
+sandbox where its scripts are blocked), its environment, code snapshot, lineage and model
+links; the gallery run's image, CSV and text previews and system metrics; a failed run's
+traceback; a run named like a script shown as text."""
+
+from __future__ import annotations
+
+import json
+import platform
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.ui import _browser
+
+BLOCKED = "Blocked script execution in 'about:srcdoc'"
+
+
+class RunBrowser(_browser.Browser):
+    """The shared page fixture's checks, with the messages a test expects let through."""
+
+    allowed: tuple[str, ...] = ()
+
+
+@pytest.fixture
+def page(chromium: Any, ui_url: str, request: pytest.FixtureRequest) -> Iterator[RunBrowser]:
+    b = RunBrowser(chromium, ui_url, request.node.name)
+    yield b
+    errors = b.close(allowed=b.allowed)
+    assert not errors, "the page had errors:\n" + "\n".join(errors)
+
+
+@pytest.fixture(scope="module")
+def built(demo_project: Path) -> dict[str, Any]:
+    made: dict[str, Any] = json.loads((demo_project / "built.json").read_text())
+    return made
+
+
+def _chart(p: Any, key: str) -> Any:
+    return p.locator(f'.metric-chart[data-key="{key}"]')
+
+
+def test_the_pipeline_run_page(page: RunBrowser, built: dict[str, Any]) -> None:
+    run_id = built["run_id"]
+    p = page.goto(f"/run?id={run_id}")
+    assert p.locator("h1 .run-name").inner_text() == "tabular"
+    assert p.locator("h1 .badge").inner_text() == "finished"
+    assert p.locator("a.lineage").get_attribute("href") == f"/lineage?ref={run_id}"
+    model = p.locator("a.model-link")
+    assert model.inner_text() == "cancer:1"
+    assert model.get_attribute("href").startswith("/model?name=cancer")
+    # a chart per series: the MLP's loss drawn as a line, system figures apart
+    loss = _chart(p, "train_mlp/train/loss")
+    loss.locator("path.js-line").first.wait_for()
+    assert loss.locator(".chart-info").inner_text() == "8 of 8 points"
+    system = p.locator("section.system")
+    system.locator('.metric-chart[data-key="train_mlp/train/samples_per_s"] path.js-line'
+                   ).first.wait_for()
+    assert "energy" in system.inner_text() and "(estimate)" in system.inner_text()
+    assert p.locator(".model-metrics .metric-chart[data-key='train_mlp/train/samples_per_s']"
+                     ).count() == 0
+    # the final metrics, filtered
+    p.get_by_placeholder("filter metrics").fill("worst_slice.f1")
+    assert p.locator("table.metrics tbody tr").count() == 2
+    # steps: the data steps came from the cache, training ran
+    steps = p.locator("table.steps")
+    statuses = steps.locator("tbody tr td:nth-child(2)").all_inner_texts()
+    assert "cached" in statuses and "executed" in statuses
+    train = steps.locator("tbody tr", has_text="train_mlp")
+    assert "executed" in train.inner_text() and "this run" in train.inner_text()
+    cached = steps.locator("tbody tr", has_text="featurize").locator("a")
+    assert cached.get_attribute("href").startswith("/run?id=")
+    # environment and code snapshot
+    env = p.locator("section", has_text="Environment")
+    assert platform.python_version() in env.locator("table.kv").inner_text()
+    p.get_by_placeholder("filter packages").fill("numpy")
+    assert "numpy" in p.locator("table.packages tbody").inner_text()
+    code = p.locator("section", has_text="Code snapshot")
+    code.locator("summary", has_text="pipeline.py").click()
+    assert "def train_mlp(" in code.inner_text()
+    # a table preview: a step's parquet output
+    p.get_by_role("button", name="split/0", exact=True).click()
+    preview = p.locator(".artifact-preview")
+    preview.locator("table.artifact-table").wait_for()
+    assert "mean_radius" in preview.locator("thead").inner_text()
+    assert preview.locator("tbody tr").count() == 20
+    assert "first 20 rows of 427" in preview.inner_text()
+    page.shot("run")
+
+
+def test_the_html_report_renders_in_a_sandbox_without_its_scripts(
+        page: RunBrowser, built: dict[str, Any]) -> None:
+    page.allowed = (BLOCKED,)
+    p = page.goto(f"/run?id={built['run_id']}")
+    p.get_by_role("button", name="evaluate/artifacts/evaluation-mlp.html").click()
+    frame = p.locator("iframe.artifact-html")
+    frame.wait_for()
+    assert frame.get_attribute("sandbox") == ""  # no allow-scripts, no allow-same-origin
+    report = p.frame_locator("iframe.artifact-html")
+    assert report.locator("h1").inner_text().startswith("Evaluation report")
+    assert report.locator("h2", has_text="Quality gates").count() == 1
+    p.wait_for_timeout(300)
+    assert any(BLOCKED in e for e in page.errors)  # its scripts were there, and blocked
+    page.shot("run-report")
+
+
+def test_zoom_log_scale_smoothing_and_time(page: RunBrowser, built: dict[str, Any]) -> None:
+    p = page.goto(f"/run?id={built['run_id']}")
+    loss = _chart(p, "train_mlp/train/loss")
+    loss.locator("path.js-line").first.wait_for()
+    plot = loss.locator(".chart-plot")
+    with p.expect_response(lambda r: "/metrics/train_mlp/train/loss" in r.url
+                           and "start=20" in r.url and "end=60" in r.url):
+        plot.evaluate("el => Plotly.relayout(el, {'xaxis.range[0]': 20, 'xaxis.range[1]': 60})")
+    p.wait_for_function("k => document.querySelector(`.metric-chart[data-key='${k}'] "
+                        ".chart-info`).textContent.startsWith('5 of 8')",
+                        arg="train_mlp/train/loss")
+    assert plot.evaluate("el => el.data[0].x") == [20, 30, 40, 50, 60]
+    section = p.locator("section", has=p.locator(".model-metrics"))
+    section.locator("input.log-scale").check()
+    assert plot.evaluate("el => el._fullLayout.yaxis.type") == "log"
+    section.locator("input.smoothing").evaluate(
+        "el => { el.value = '0.6'; el.dispatchEvent(new Event('input')); }")
+    p.wait_for_function("() => document.querySelector(\"[data-key='train_mlp/train/loss'] "
+                        ".chart-plot\").data.length === 2")
+    raw, smooth = plot.evaluate("el => [el.data[0].y, el.data[1].y]")
+    assert smooth[0] == pytest.approx(raw[0]) and smooth[1] != pytest.approx(raw[1])
+    with p.expect_response(lambda r: "/metrics/train_mlp/train/loss" in r.url
+                           and "x=time" in r.url):
+        section.locator("select.x-axis").select_option("time")
+    p.wait_for_function("() => document.querySelector(\"[data-key='train_mlp/train/loss'] "
+                        ".chart-plot\").layout.xaxis.title.text === 'seconds since start'")
+    xs = plot.evaluate("el => el.data[0].x")
+    assert len(xs) == 8 and 0 < xs[0] < xs[-1] < 120  # seconds since the run started
+
+
+def test_the_gallery_runs_previews_and_system_metrics(page: RunBrowser,
+                                                      built: dict[str, Any]) -> None:
+    p = page.goto(f"/run?id={built['gallery_run']}")
+    _chart(p, "loss").locator("path.js-line").first.wait_for()
+    p.locator("section.system .metric-chart[data-key='system/cpu_percent'] path.js-line"
+              ).first.wait_for()
+    preview = p.locator(".artifact-preview")
+    p.get_by_role("button", name="reports/curve.png").click()
+    image = preview.locator("img.artifact-image")
+    image.wait_for()
+    p.wait_for_function("() => document.querySelector('img.artifact-image').complete")
+    assert image.evaluate("el => [el.naturalWidth, el.naturalHeight]") == [64, 32]
+    assert image.get_attribute("src").startswith("blob:")
+    p.get_by_role("button", name="reports/predictions.csv").click()
+    preview.locator("table.artifact-table").wait_for()
+    assert preview.locator("thead").inner_text().split() == ["id", "label", "score"]
+    assert preview.locator("tbody tr").count() == 20
+    p.get_by_role("button", name="reports/notes.txt").click()
+    text = preview.locator("pre.artifact-text")
+    text.wait_for()
+    assert "<script>alert(1)</script>" in text.inner_text()  # as text, never markup
+    assert preview.locator("script").count() == 0
+    page.shot("run-gallery")
+
+
+def test_a_failed_run_shows_its_traceback(page: RunBrowser, built: dict[str, Any]) -> None:
+    p = page.goto(f"/run?id={built['failed_run']}")
+    assert p.locator("h1 .badge").inner_text() == "failed"
+    tb = p.locator("pre.traceback")
+    assert tb.inner_text().startswith("Traceback (most recent call last):")
+    assert "RuntimeError: the GPU caught fire at step 3" in tb.inner_text()
+    page.shot("run-failed")
+
+
+def test_a_run_named_like_a_script_shows_as_text(page: RunBrowser,
+                                                 built: dict[str, Any]) -> None:
+    dialogs: list[str] = []
+    page.page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    p = page.goto(f"/run?id={built['xss_run']}")
+    assert p.locator("h1 .run-name").inner_text() == "<script>alert(1)</script>"
+    assert p.locator("main script").count() == 0 and dialogs == []
+    assert p.title() == "<script>alert(1)</script> · Reprise"
+
+
+def test_an_unknown_run_says_so(page: RunBrowser) -> None:
+    page.allowed = ("404",)
+    p = page.goto("/run?id=0123456789abcdef")
+    assert "no run with id" in p.locator("#main .error").inner_text()
