@@ -26,6 +26,15 @@ CSV = "id,label,score\n" + "".join(f"{i},{i % 2},{i / 10}\n" for i in range(50))
 HTML = "<html><body><h1>Report</h1><script>alert(1)</script></body></html>"
 
 
+def _run(coro: Any) -> Any:
+    """``asyncio.run`` in a thread of its own: Playwright's sync API keeps an event loop
+    running in the main thread when browser tests ran earlier in the same process."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
 class Api:
     """A synchronous face on httpx's ASGI transport (no sockets)."""
 
@@ -38,7 +47,8 @@ class Api:
             async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
                 return await c.get(path, **kw)
 
-        return asyncio.run(go())
+        response: httpx.Response = _run(go())
+        return response
 
 
 @pytest.fixture
@@ -72,6 +82,10 @@ def made(ws: Any, tmp_path: Path) -> dict[str, Any]:
         run.log_artifact(files / "folder", name="folder")
         run.log_artifact(pd.DataFrame({"a": range(100), "b": [XSS] * 100}), name="frame")
         run.log_artifact({"k": XSS}, name="config.json")
+        import numpy as np
+
+        run.log_artifact(np.arange(3000, dtype=np.float32).reshape(1000, 3), name="matrix")
+        run.log_artifact(np.arange(7), name="vector")
         for i in range(30):
             run.log_metric("loss", 1 / (i + 1), step=i)
             run.log_metric("system/cpu_percent", float(i), step=i)
@@ -106,7 +120,7 @@ def test_list_a_runs_artifacts(client: Api, made: dict[str, Any]) -> None:
     arts = {a["name"]: a for a in body["artifacts"]}
     assert set(arts) == {"out/predictions.csv", "out/notes.txt", "out/report.html",
                          "out/big.bin", "weird name ü\";.txt", "folder", "frame",
-                         "config.json"}
+                         "config.json", "matrix", "vector"}
     csv = arts["out/predictions.csv"]
     assert csv["size"] == len(CSV) and len(csv["hash"]) == 64
     assert (csv["media_type"], csv["preview"], csv["origin"]) == ("text/csv", "table", "run")
@@ -130,6 +144,13 @@ def test_previews(client: Api, made: dict[str, Any]) -> None:
     frame = _art(client, run, "preview", "frame", rows=5).json()["table"]
     assert frame["total_rows"] == 100 and len(frame["rows"]) == 5
     assert frame["rows"][4] == {"a": 4, "b": XSS} and frame["columns"][:2] == ["a", "b"]
+    matrix = _art(client, run, "preview", "matrix", rows=2).json()
+    assert (matrix["media_type"], matrix["meta"]) == ("application/x-npy",
+                                                      {"dtype": "float32", "shape": [1000, 3]})
+    assert matrix["table"] == {"columns": ["0", "1", "2"], "total_rows": 1000, "rows": [
+        {"0": 0.0, "1": 1.0, "2": 2.0}, {"0": 3.0, "1": 4.0, "2": 5.0}]}
+    vector = _art(client, run, "preview", "vector", rows=50).json()["table"]
+    assert vector["rows"] == [{"value": i} for i in range(7)] and vector["total_rows"] == 7
     text = _art(client, run, "preview", "out/notes.txt", max_bytes=100).json()
     assert text["text"] == "x" * 100 and text["truncated"] is True
     assert _art(client, run, "preview", "config.json").json()["text"] == '{"k":"' + XSS + '"}'
@@ -218,7 +239,7 @@ def test_a_big_artifact_is_streamed(ws: Any, made: dict[str, Any]) -> None:
              "path": f"/api/runs/{made['gallery']}/artifact/download",
              "raw_path": f"/api/runs/{made['gallery']}/artifact/download".encode(),
              "query_string": b"name=out%2Fbig.bin", "headers": [(b"host", b"test")]}
-    asyncio.run(app(scope, receive, send))
+    _run(app(scope, receive, send))
     assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
     bodies = [m for m in sent if m["type"] == "http.response.body"]
     chunks = [m["body"] for m in bodies if m["body"]]
@@ -246,6 +267,19 @@ def test_metric_keys_and_environment(client: Api, made: dict[str, Any]) -> None:
     for path in ("metric-keys", "environment", "models", "code"):
         res = client.get(f"/api/runs/0123456789abcdef/{path}")
         assert res.status_code == 404 and "no run" in res.json()["detail"], path
+
+
+def test_the_token_guards_every_new_endpoint(ws: Any, made: dict[str, Any]) -> None:
+    client = Api(create_app(ws, token="s3cret"))
+    run = made["gallery"]
+    for path in (f"/api/runs/{run}/artifacts", f"/api/runs/{run}/code",
+                 f"/api/runs/{run}/artifact/preview?name=config.json",
+                 f"/api/runs/{run}/artifact/download?name=config.json",
+                 f"/api/runs/{run}/metric-keys", f"/api/runs/{run}/environment",
+                 f"/api/runs/{run}/models"):
+        res = client.get(path)
+        assert res.status_code == 401 and XSS not in res.text, path
+        assert client.get(path, headers={"Authorization": "Bearer s3cret"}).status_code == 200
 
 
 @step

@@ -89,6 +89,11 @@ def test_the_pipeline_run_page(page: RunBrowser, built: dict[str, Any]) -> None:
     assert "mean_radius" in preview.locator("thead").inner_text()
     assert preview.locator("tbody tr").count() == 20
     assert "first 20 rows of 427" in preview.inner_text()
+    # an array's first rows
+    p.get_by_role("button", name="featurize/2", exact=True).click()
+    p.locator(".artifact-preview h3", has_text="featurize/2").wait_for()
+    assert "first 20 rows of 142" in preview.inner_text()
+    assert preview.locator("thead th").count() == 30
     page.shot("run")
 
 
@@ -160,6 +165,13 @@ def test_the_gallery_runs_previews_and_system_metrics(page: RunBrowser,
     text.wait_for()
     assert "<script>alert(1)</script>" in text.inner_text()  # as text, never markup
     assert preview.locator("script").count() == 0
+    row = p.locator("table.artifacts tbody tr", has_text="reports/predictions.csv")
+    with p.expect_download() as got:
+        row.get_by_role("button", name="Download").click()
+    download = got.value
+    assert download.suggested_filename == "predictions.csv"
+    saved = Path(download.path()).read_text()
+    assert saved.startswith("id,label,score\n0,0,0.00\n") and saved.count("\n") == 31
     page.shot("run-gallery")
 
 

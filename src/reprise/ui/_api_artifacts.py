@@ -62,8 +62,8 @@ def media_type(name: str, rec: ArtifactRecord) -> str:
 
 
 def _preview_kind(mt: str) -> str:
-    if mt == "application/vnd.apache.parquet" or mt in ("text/csv",
-                                                        "text/tab-separated-values"):
+    if mt in ("application/vnd.apache.parquet", "text/csv", "text/tab-separated-values",
+              "application/x-npy"):
         return "table"
     if mt in _IMAGES:
         return "image"
@@ -140,6 +140,32 @@ def _jsonable_row(row: dict[str, Any]) -> dict[str, Any]:
     for k, v in row.items():
         out[str(k)] = v if isinstance(v, (int, float, bool, str, type(None))) else str(v)
     return out
+
+
+def _npy_rows(f: BinaryIO, rows: int) -> dict[str, Any]:
+    """The first rows of a ``.npy`` array, read from its header and the bytes of those rows
+    alone (one column per item of a row, at most 100)."""
+    import numpy as np
+    from numpy.lib import format as npf
+
+    version = npf.read_magic(f)
+    if version == (1, 0):
+        shape, fortran, dtype = npf.read_array_header_1_0(f)
+    else:
+        shape, fortran, dtype = npf.read_array_header_2_0(f)
+    if dtype.hasobject or fortran:
+        raise ValueError("only C-ordered arrays without Python objects have a preview")
+    total = shape[0] if shape else 1
+    per_row = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+    n = min(rows, total)
+    data = f.read(n * per_row * dtype.itemsize)
+    arr = np.frombuffer(data, dtype=dtype, count=n * per_row).reshape(n, per_row)
+    width = min(per_row, 100)
+    columns = ["value"] if len(shape) <= 1 else [str(i) for i in range(width)]
+    got = [{c: (v.item() if hasattr(v, "item") else v) for c, v in zip(columns, r[:width],
+                                                                        strict=False)}
+           for r in arr]
+    return {"columns": columns, "rows": [_jsonable_row(r) for r in got], "total_rows": total}
 
 
 def _csv_rows(f: BinaryIO, rows: int, delimiter: str) -> dict[str, Any]:
@@ -224,6 +250,8 @@ def router(ctx: UiContext) -> APIRouter:
             with _open(ctx, a) as f:
                 if kind == "table" and mt == "application/vnd.apache.parquet":
                     out["table"] = _parquet_rows(f, rows)
+                elif kind == "table" and mt == "application/x-npy":
+                    out["table"] = _npy_rows(f, rows)
                 elif kind == "table":
                     out["table"] = _csv_rows(f, rows, "\t" if "tab" in mt else ",")
                 elif kind == "text":
