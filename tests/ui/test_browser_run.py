@@ -141,6 +141,17 @@ def test_zoom_log_scale_smoothing_and_time(page: RunBrowser, built: dict[str, An
                         ".chart-plot\").layout.xaxis.title.text === 'seconds since start'")
     xs = plot.evaluate("el => el.data[0].x")
     assert len(xs) == 8 and 0 < xs[0] < xs[-1] < 120  # seconds since the run started
+    # zoomed in on time, then back out (a double click's autorange): the whole series
+    t0, t1 = xs[2], xs[4]
+    with p.expect_response(lambda r: "x=time" in r.url and "start=" in r.url):
+        plot.evaluate(f"el => Plotly.relayout(el, {{'xaxis.range[0]': {t0}, "
+                      f"'xaxis.range[1]': {t1}}})")
+    p.wait_for_function("() => document.querySelector(\"[data-key='train_mlp/train/loss'] "
+                        ".chart-info\").textContent.startsWith('3 of 8')")
+    with p.expect_response(lambda r: "x=time" in r.url and "start=" not in r.url):
+        plot.evaluate("el => Plotly.relayout(el, {'xaxis.autorange': true})")
+    p.wait_for_function("() => document.querySelector(\"[data-key='train_mlp/train/loss'] "
+                        ".chart-info\").textContent.startsWith('8 of 8')")
 
 
 def test_the_gallery_runs_previews_and_system_metrics(page: RunBrowser,
@@ -198,3 +209,24 @@ def test_an_unknown_run_says_so(page: RunBrowser) -> None:
     page.allowed = ("404",)
     p = page.goto("/run?id=0123456789abcdef")
     assert "no run with id" in p.locator("#main .error").inner_text()
+
+
+def test_with_a_token_previews_and_downloads_carry_it(chromium: Any, demo_project: Path,
+                                                      built: dict[str, Any]) -> None:
+    """An image and a download are fetched with the bearer token (an <img src> or a plain
+    link could not send it): the page works on a dashboard that needs one."""
+    with _browser.ui_server(demo_project, env={"REPRISE_UI_TOKEN": "t0ken"},
+                            log=demo_project.parent / "ui-token-run.log") as url:
+        b = RunBrowser(chromium, url, "token")
+        try:
+            p = b.goto(f"/run?id={built['gallery_run']}#token=t0ken")
+            p.get_by_role("button", name="reports/curve.png").click()
+            p.wait_for_function("() => { const i = document.querySelector('img.artifact-image');"
+                                " return i && i.complete && i.naturalWidth === 64; }")
+            row = p.locator("table.artifacts tbody tr", has_text="config.json")
+            with p.expect_download() as got:
+                row.get_by_role("button", name="Download").click()
+            assert "<script>alert(1)</script>" in Path(got.value.path()).read_text()
+        finally:
+            errors = b.close()
+        assert not errors, "the page had errors:\n" + "\n".join(errors)

@@ -8,6 +8,7 @@
 (() => {
   const h = R.h;
   const MAX_CHARTS = 40;
+  const MAX_INLINE = 32 * 2 ** 20;  // images and HTML reports shown in the page up to this size
   const enc = encodeURIComponent;
   const keyPath = (key) => key.split("/").map(enc).join("/");
 
@@ -267,7 +268,9 @@
       view.replaceChildren(h("p", { class: "muted" }, "Loading " + a.name + "…"));
       const title = h("h3", {}, a.name);
       let body;
-      if (a.preview === "image") {
+      if ((a.preview === "image" || a.preview === "html") && a.size > MAX_INLINE) {
+        body = h("p", { class: "muted" }, `${bytes(a.size)}: too big to show here; download it.`);
+      } else if (a.preview === "image") {
         const blob = await (await R.raw(url("download", a.name))).blob();
         objectUrl = URL.createObjectURL(blob);
         body = h("img", { src: objectUrl, alt: a.name, class: "artifact-image" });
@@ -300,8 +303,9 @@
       view.replaceChildren(title, body);
     }
 
-    const show = (a) => preview(a).catch(err => view.replaceChildren(
-      h("div", { class: "error", role: "alert" }, String(err && err.message || err))));
+    const fail = (err) => view.replaceChildren(
+      h("div", { class: "error", role: "alert" }, String(err && err.message || err)));
+    const show = (a) => preview(a).catch(fail);
     const table = filtered(arts, a => a.name + " " + a.kind, shown => R.table([
       { label: "Name", get: a => h("button", { class: "link artifact-name", type: "button",
                                                 onclick: () => show(a) }, a.name) },
@@ -312,7 +316,7 @@
       { label: "Hash", get: a => h("span", { class: "mono", title: a.hash }, a.hash.slice(0, 12)) },
       { label: "", get: a => h("button", { type: "button", class: "download",
         onclick: () => R.download(url("download", a.name),
-                                  a.name.split("/").pop()).catch(err => show(a)) }, "Download") },
+                                  a.name.split("/").pop()).catch(fail) }, "Download") },
     ], shown, { class: "artifacts" }), "filter artifacts");
     return R.section("Artifacts", table, view);
   }
