@@ -230,3 +230,25 @@ def test_with_a_token_previews_and_downloads_carry_it(chromium: Any, demo_projec
         finally:
             errors = b.close()
         assert not errors, "the page had errors:\n" + "\n".join(errors)
+
+
+def test_click_through_a_cached_step_to_its_run_and_parent(page: RunBrowser,
+                                                           built: dict[str, Any]) -> None:
+    p = page.goto(f"/run?id={built['run_id']}")
+    origin = p.locator("table.steps tbody tr", has_text="featurize").locator("a")
+    first_id = origin.inner_text()
+    origin.click()
+    p.wait_for_url(f"**/run?id={first_id}")
+    p.locator("table.steps").wait_for()
+    # the run whose featurize step executed: a tuning trial's pipeline run
+    assert p.locator(".run-id").inner_text() == first_id
+    featurize = p.locator("table.steps tbody tr", has_text="featurize")
+    assert "executed" in featurize.inner_text()
+    parent = p.locator(".run-head a.parent")
+    trial_id = parent.inner_text()
+    parent.click()
+    p.wait_for_url(f"**/run?id={trial_id}")
+    p.locator("h1 .run-name").wait_for()
+    assert p.locator("h1 .run-name").inner_text().startswith("trial-")
+    children = p.locator("section", has_text="Summary").locator("a", has_text=first_id)
+    assert children.count() == 1

@@ -46,7 +46,10 @@
   function header(run, models) {
     const links = [h("a", { href: R.link("lineage", { ref: run.id }), class: "lineage" },
                      "Lineage")];
-    if (run.parent_id) links.push(h("span", {}, " · parent ", runLink(run.parent_id)));
+    if (run.parent_id) {
+      links.push(h("span", {}, " · parent ", h("a", { href: R.link("run", { id: run.parent_id }),
+                                                      class: "mono parent" }, run.parent_id)));
+    }
     for (const m of models) {
       links.push(h("span", {}, " · model ",
         h("a", { href: R.link("model", { name: m.name, version: m.version }),
@@ -248,9 +251,14 @@
       { label: "Duration", get: s => R.duration(s.duration) },
       { label: "Energy (J)", get: s => s.energy_joules },
       { label: "Outputs", get: s => (s.outputs || []).length },
-      { label: "Run", get: s => s.reused_from && s.reused_from !== run.id
-        ? h("span", {}, "cached from ", runLink(s.reused_from))
-        : runLink(s.run_id || run.id, "this run") },
+      { label: "Run", get: s => {
+        // a cached step's outputs were made by the step run `reused_from`, in this run
+        const from = (s.details || {}).original_run;
+        if (s.status === "cached" && from && from !== run.id) {
+          return h("span", {}, "cached from ", runLink(from));
+        }
+        return s.status === "cached" ? "cached" : runLink(s.run_id || run.id, "this run");
+      } },
       { label: "Error", get: s => s.error ? h("pre", { class: "step-error" }, s.error) : "" },
     ], steps, { class: "steps" }));
   }
