@@ -73,10 +73,14 @@ def made(ws: Any, tmp_path: Path) -> dict[str, Any]:
     (files / "folder" / "a.py").write_text("print('a')\n")
     (files / "folder" / "sub" / "b.bin").write_bytes(b"\xff\xfe\x00\x01")
     (files / "big.bin").write_bytes(os.urandom(3 * 2**20 + 5))
+    (files / "bad.parquet").write_bytes(b"not parquet at all")
+    (files / "bad.npy").write_bytes(b"\x93NUMPY garbage")
+    (files / "bad.tsv").write_bytes(b"a\tb\n\xff\xfe\t\x00\n")
     secret = tmp_path / "secret.txt"
     secret.write_text("TOP-SECRET")
     with reprise.start_run("gallery", workspace=ws) as run:
-        for name in ("predictions.csv", "notes.txt", "report.html", "big.bin"):
+        for name in ("predictions.csv", "notes.txt", "report.html", "big.bin", "bad.parquet",
+                     "bad.npy", "bad.tsv"):
             run.log_artifact(files / name, name=f"out/{name}")
         run.log_artifact(files / "weird name ü\";.txt", name="weird name ü\";.txt")
         run.log_artifact(files / "folder", name="folder")
@@ -120,7 +124,8 @@ def test_list_a_runs_artifacts(client: Api, made: dict[str, Any]) -> None:
     arts = {a["name"]: a for a in body["artifacts"]}
     assert set(arts) == {"out/predictions.csv", "out/notes.txt", "out/report.html",
                          "out/big.bin", "weird name ü\";.txt", "folder", "frame",
-                         "config.json", "matrix", "vector"}
+                         "config.json", "matrix", "vector", "out/bad.parquet", "out/bad.npy",
+                         "out/bad.tsv"}
     csv = arts["out/predictions.csv"]
     assert csv["size"] == len(CSV) and len(csv["hash"]) == 64
     assert (csv["media_type"], csv["preview"], csv["origin"]) == ("text/csv", "table", "run")
@@ -159,6 +164,11 @@ def test_previews(client: Api, made: dict[str, Any]) -> None:
                                                          ("sub/b.bin", None)]
     big = _art(client, run, "preview", "out/big.bin").json()  # no preview: a description
     assert big["preview"] == "none" and "text" not in big and "table" not in big
+    for broken in ("out/bad.parquet", "out/bad.npy"):  # not what their names say: a 400
+        res = _art(client, run, "preview", broken)
+        assert res.status_code == 400 and "cannot be previewed" in res.json()["detail"], broken
+    tsv = _art(client, run, "preview", "out/bad.tsv").json()["table"]  # bad UTF-8: replaced
+    assert tsv["columns"] == ["a", "b"] and tsv["rows"] == [{"a": "\ufffd\ufffd", "b": "\x00"}]
     for bad in ({"rows": 0}, {"rows": 10_000}, {"max_bytes": 0}):
         assert _art(client, run, "preview", "frame", **bad).status_code == 422
 

@@ -179,13 +179,19 @@ def _csv_rows(f: BinaryIO, rows: int, delimiter: str) -> dict[str, Any]:
     return {"columns": header, "rows": got, "total_rows": None}
 
 
+_MAX_FILES = 500  # of a folder's files, the first this many are shown
+
+
 def _tar_files(f: BinaryIO, limit: int) -> list[dict[str, Any]]:
-    """The regular files of a stored folder (a tar) with their text when it is UTF-8."""
+    """The regular files of a stored folder (a tar) with their text when it is UTF-8
+    (the first ``_MAX_FILES``)."""
     files: list[dict[str, Any]] = []
     with tarfile.open(fileobj=f, mode="r:") as tar:
         for info in tar:
             if not info.isreg():
                 continue
+            if len(files) == _MAX_FILES:
+                break
             member = tar.extractfile(info)
             data = member.read(limit + 1) if member is not None else b""
             try:
@@ -263,8 +269,8 @@ def router(ctx: UiContext) -> APIRouter:
                             f"{kind}: {exc}") from None
         except Exception as exc:  # pyarrow's errors: a file that is not what it says
             if type(exc).__module__.startswith("pyarrow"):
-                raise UserError(f"artifact {name!r} of run {rid} is not a readable "
-                                f"table: {exc}") from None
+                raise UserError(f"artifact {name!r} of run {rid} cannot be previewed as "
+                                f"{kind}: {exc}") from None
             raise
         answer: dict[str, Any] = clean(out)
         return answer
