@@ -40,16 +40,9 @@ def router(ctx: UiContext) -> APIRouter:
     def metric_keys(run_id: str) -> dict[str, Any]:
         ctx.fresh()
         rec = ctx.store.get_run(run_id)
-        keys: dict[str, dict[str, Any]] = {}
-        for p in ctx.store.get_metrics(rec.id):
-            k = keys.get(p.key)
-            if k is None:
-                keys[p.key] = {"key": p.key, "points": 1, "first_step": p.step,
-                               "last_step": p.step, "system": is_system_metric(p.key)}
-            else:
-                k["points"] += 1
-                k["first_step"] = min(k["first_step"], p.step)
-                k["last_step"] = max(k["last_step"], p.step)
+        keys = {key: {"key": key, "points": n, "first_step": lo, "last_step": hi,
+                      "system": is_system_metric(key)}
+                for key, (n, lo, hi) in ctx.store.metric_key_stats(rec.id).items()}
         for key, p in ctx.store.latest_metrics([rec.id])[rec.id].items():
             if key in keys:
                 keys[key]["last"] = p.value
