@@ -114,7 +114,7 @@ def run_page_runs(project: Path) -> dict[str, object]:
                                system_metrics_interval=0.05) as run:
             for i in range(20):
                 run.log_metric("loss", 1.0 / (i + 1), step=i)
-            time.sleep(0.3)  # a few system samples
+            time.sleep(0.5)  # a few system samples
             folder = project / "gallery"
             folder.mkdir(exist_ok=True)
             (folder / "predictions.csv").write_text(
