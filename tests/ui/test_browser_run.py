@@ -265,3 +265,38 @@ def test_click_through_a_cached_step_to_its_run_and_parent(page: RunBrowser,
     assert p.locator("h1 .run-name").inner_text().startswith("trial-")
     children = p.locator("section", has_text="Summary").locator("a", has_text=first_id)
     assert children.count() == 1
+
+
+def test_a_running_runs_charts_follow_it(chromium: Any, tmp_path: Path) -> None:
+    """A live run: its chart grows while it logs, a new series appears, and the page shows
+    it finished once it ends (a workspace of its own: the demo's is only read)."""
+    import reprise
+
+    ws = reprise.init(tmp_path / "live")
+    run = reprise.start_run("live", workspace=ws)
+    try:
+        for i in range(3):
+            run.log_metric("loss", 1.0 / (i + 1), step=i)
+        with _browser.ui_server(tmp_path / "live", log=tmp_path / "ui-live.log") as url:
+            b = RunBrowser(chromium, url, "live")
+            try:
+                p = b.goto(f"/run?id={run.id}")
+                assert p.locator("h1 .badge").inner_text() == "running"
+                info = _chart(p, "loss").locator(".chart-info")
+                assert info.inner_text() == "3 of 3 points"
+                for i in range(3, 10):
+                    run.log_metric("loss", 1.0 / (i + 1), step=i)
+                info.filter(has_text="10 of 10 points").wait_for()
+                for i in range(2):
+                    run.log_metric("acc", 0.5 + i / 10, step=i)
+                _chart(p, "acc").locator("path.js-line").first.wait_for()
+                run.end()
+                p.locator("h1 .badge", has_text="finished").wait_for()
+                assert p.locator(".live").count() == 0
+            finally:
+                errors = b.close()
+            assert not errors, "the page had errors:\n" + "\n".join(errors)
+    finally:
+        if not run.status.is_terminal:
+            run.end()
+        ws.close()

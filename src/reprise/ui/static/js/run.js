@@ -8,6 +8,7 @@
 (() => {
   const h = R.h;
   const MAX_CHARTS = 40;
+  const LIVE_S = 2;  // how often a running run's page follows it
   const MAX_INLINE = 32 * 2 ** 20;  // images and HTML reports shown in the page up to this size
   const enc = encodeURIComponent;
   const keyPath = (key) => key.split("/").map(enc).join("/");
@@ -152,6 +153,8 @@
       h("label", {}, logBox, " log scale"), h("label", {}, "smoothing ", smooth), smoothLabel);
     const sec = R.section(title, tools, grid, more);
     sec.start = () => Promise.all(charts.map(c => c.load(null, null)));
+    // a live run's series grow: re-fetch those the user has not zoomed into
+    sec.refresh = () => Promise.all(charts.filter(c => !c.zoomed()).map(c => c.load(null, null)));
     return sec;
   }
 
@@ -216,7 +219,8 @@
 
     function showErr(err) { info.textContent = String(err && err.message || err); }
 
-    return { el, load: (a, b) => load(a, b).catch(showErr), draw };
+    return { el, load: (a, b) => load(a, b).catch(showErr), draw,
+             zoomed: () => Boolean(data && data.range) };
   }
 
   // -- system metrics and energy ---------------------------------------------------------
@@ -393,11 +397,12 @@
     const model = series.filter(k => !k.system);
     const system = series.filter(k => k.system);
     const once = keys.keys.filter(k => k.system && k.points <= 1);
-    const starts = [];
+    const starts = [], refreshes = [];
     if (model.length) {
       const sec = chartsSection("Metrics", run, model, "model-metrics");
       main.append(sec);
       starts.push(sec.start);
+      refreshes.push(sec.refresh);
     }
     main.append(finalMetrics(run));
     const energyParts = energy(run, steps, once);
@@ -407,7 +412,7 @@
       sec.classList.add("system");
       sec.append(...energyParts);
       main.append(sec);
-      if (system.length) starts.push(sec.start);
+      if (system.length) { starts.push(sec.start); refreshes.push(sec.refresh); }
     }
     const st = stepsSection(run, steps);
     if (st) main.append(st);
@@ -417,5 +422,24 @@
     const cs = codeSection(code);
     if (cs) main.append(cs);
     await Promise.all(starts.map(s => s()));
+    if (run.status === "running") live(base, keys, refreshes);
   });
+
+  /** While the run is running: its charts follow it every few seconds; when it ends, or
+      logs a new series, the page is drawn again. */
+  function live(base, keys, refreshes) {
+    const known = new Set(keys.keys.filter(k => k.points > 1).map(k => k.key));
+    const note = h("p", { class: "muted live" }, `running: updated every ${LIVE_S} s`);
+    document.querySelector(".run-head").append(note);
+    const tick = async () => {
+      const [now, ks] = await Promise.all([R.api(base), R.api(base + "/metric-keys")]);
+      const grown = ks.keys.some(k => k.points > 1 && !known.has(k.key));
+      if (now.status !== "running" || grown) { location.reload(); return; }
+      await Promise.all(refreshes.map(r => r()));
+      note.textContent = `running: updated ${R.time(Date.now() / 1000)}`;
+      setTimeout(loop, LIVE_S * 1000);
+    };
+    const loop = () => tick().catch(err => { note.textContent = String(err && err.message || err); });
+    setTimeout(loop, LIVE_S * 1000);
+  }
 })();
