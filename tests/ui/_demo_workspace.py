@@ -55,6 +55,7 @@ def build(project: Path) -> dict[str, object]:
     made["monitoring"] = record_monitoring(project)
     made["dataset_versions"] = add_second_dataset_version(demo, project)
     made["markup_study"] = add_markup_study(project)
+    made.update(run_page_runs(project))
     (project / "built.json").write_text(json.dumps(made))
     return made
 
@@ -227,3 +228,63 @@ def record_monitoring(project: Path) -> dict[str, object]:
         hook.shutdown()
         hook.server_close()
     return {"alarms": list(result.new_alarms)}
+
+
+XSS = "<script>alert(1)</script>"
+
+
+def _png(width: int, height: int) -> bytes:
+    """A small RGB PNG (a gradient), written by hand: no imaging library needed."""
+    import struct
+    import zlib
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + tag + data
+                + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF))
+
+    rows = b"".join(b"\x00" + bytes(v for x in range(width)
+                                     for v in (x * 255 // width, y * 255 // height, 160))
+                    for y in range(height))
+    return (b"\x89PNG\r\n\x1a\n"
+            + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def run_page_runs(project: Path) -> dict[str, object]:
+    """For the run page: a run that logs artifacts of each previewable kind (a CSV table,
+    a PNG image, a text, JSON) and samples system metrics, a run named like a script (it
+    must show as text), and a run that fails with a traceback."""
+    import time
+
+    import reprise
+
+    ws = reprise.open_workspace(project)
+    try:
+        with reprise.start_run("artifacts-gallery", workspace=ws, params={"kind": "gallery"},
+                               system_metrics_interval=0.05) as run:
+            for i in range(20):
+                run.log_metric("loss", 1.0 / (i + 1), step=i)
+            time.sleep(0.5)  # a few system samples
+            folder = project / "gallery"
+            folder.mkdir(exist_ok=True)
+            (folder / "predictions.csv").write_text(
+                "id,label,score\n" + "".join(f"{i},{i % 2},{i / 10:.2f}\n" for i in range(30)))
+            (folder / "notes.txt").write_text("trained on the demo data\n" + XSS + "\n")
+            (folder / "curve.png").write_bytes(_png(64, 32))
+            for name in ("predictions.csv", "notes.txt", "curve.png"):
+                run.log_artifact(folder / name, name=f"reports/{name}")
+            run.log_artifact({"threshold": 0.5, "note": XSS}, name="config.json")
+            gallery = run.id
+        with reprise.start_run(XSS, workspace=ws) as run:
+            run.log_metric("x", 1.0)
+            xss = run.id
+        failed = ""
+        try:
+            with reprise.start_run("failing-run", workspace=ws) as run:
+                failed = run.id
+                raise RuntimeError("the GPU caught fire at step 3")
+        except RuntimeError:
+            pass
+    finally:
+        ws.close()
+    return {"gallery_run": gallery, "xss_run": xss, "failed_run": failed}

@@ -141,6 +141,15 @@ class BaseMetadataStore(abc.ABC):
     def latest_metrics(self, run_ids: Sequence[str]) -> dict[str, dict[str, MetricPoint]]:
         """For each run, each key's point with the highest step."""
 
+    def metric_key_stats(self, run_id: str) -> dict[str, tuple[int, int, int]]:
+        """For each metric key of a run: (how many points, first step, last step). SQL
+        stores count in the database; this default reads every point."""
+        out: dict[str, tuple[int, int, int]] = {}
+        for p in self.get_metrics(run_id):
+            n, lo, hi = out.get(p.key, (0, p.step, p.step))
+            out[p.key] = (n + 1, min(lo, p.step), max(hi, p.step))
+        return out
+
     # -- environments and artifacts --------------------------------------------------
     @abc.abstractmethod
     def get_environment(self, env_hash: str) -> dict[str, Any]:

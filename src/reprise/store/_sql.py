@@ -419,6 +419,13 @@ class SqlMetadataStore(SqlMonitorMixin, SqlRequestLogMixin, SqlRolloutMixin,
             return [MetricPoint(k, int(st), math.nan if v is None else float(v), float(ts))
                     for k, st, v, ts in conn.execute(q)]
 
+    def metric_key_stats(self, run_id: str) -> dict[str, tuple[int, int, int]]:
+        m = s.metrics
+        q = (sa.select(m.c.key, sa.func.count(), sa.func.min(m.c.step), sa.func.max(m.c.step))
+             .where(m.c.run_id == run_id).group_by(m.c.key))
+        with self.engine.connect() as conn:
+            return {k: (int(n), int(lo), int(hi)) for k, n, lo, hi in conn.execute(q)}
+
     def latest_metrics(self, run_ids: Sequence[str]) -> dict[str, dict[str, MetricPoint]]:
         out: dict[str, dict[str, MetricPoint]] = {rid: {} for rid in run_ids}
         with self.engine.connect() as conn:

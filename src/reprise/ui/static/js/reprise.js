@@ -171,3 +171,30 @@ const R = (() => {
   return { api, ApiError, h, link, params, fmt, time, duration, badge, table, kv, chart,
            section, showError, page };
 })();
+
+/* Bytes from the API (artifact downloads, images, HTML previews): GET /api + path with the
+   token, as a Response; an R.ApiError when it is not 2xx. */
+R.raw = async (path) => {
+  const headers = {};
+  const token = sessionStorage.getItem("reprise-ui-token");
+  if (token) headers.Authorization = "Bearer " + token;
+  const res = await fetch("/api" + path, { headers });
+  if (!res.ok) {
+    let detail = null;
+    try { detail = (await res.json()).detail; } catch (e) { detail = null; }
+    throw new R.ApiError(res.status, detail || ("HTTP " + res.status));
+  }
+  return res;
+};
+
+/* Save what GET /api + path answers as a file named `filename` (a link with the token
+   cannot be followed by the browser itself, so the bytes go through a blob: URL). */
+R.download = async (path, filename) => {
+  const blob = await (await R.raw(path)).blob();
+  const url = URL.createObjectURL(blob);
+  const a = R.h("a", { href: url, download: filename || "download" });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+};
