@@ -173,8 +173,10 @@ class RayPool:
         # (measured: 13 of 30 such marks lost without it, none with it). With it, the task
         # waits at its first yield until the mark is read here, which wait() does as soon
         # as it is ready.
-        self._remote = ray.remote(num_cpus=1, max_retries=0, num_returns="streaming",
-                                  _generator_backpressure_num_objects=1)(_trial_task)
+        options: dict[str, Any] = {"num_cpus": 1, "max_retries": 0,
+                                   "num_returns": "streaming",
+                                   "_generator_backpressure_num_objects": 1}  # (private)
+        self._remote = ray.remote(**options)(_trial_task)
         self._flight: dict[Any, tuple[TrialTask, bool]] = {}  # generator -> (task, started)
         self._startup_deaths = 0
 
