@@ -23,7 +23,7 @@ __all__ = ["API_MODULES", "TOKEN_ENV", "create_app"]
 
 TOKEN_ENV = "REPRISE_UI_TOKEN"
 # the API's parts, in the order their routes are matched (reprise.ui._api_NAME.router)
-API_MODULES = ("_api_runs",)
+API_MODULES = ("_api_runs", "_api_runs_extra", "_api_compare")
 
 
 def create_app(workspace: Workspace, token: str | None = None,
