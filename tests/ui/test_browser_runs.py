@@ -120,6 +120,35 @@ def test_sorting_by_a_metric_changes_the_order(browser: Any) -> None:
     assert f"sort=metrics.{quote(METRIC, safe='')}" in page.url or "sort=metrics." in page.url
 
 
+def test_pages_and_chosen_columns(browser: Any) -> None:
+    page = browser.goto("/runs?limit=2&sort=name")  # the three top-level runs, two a page
+    assert _names(page) == ["broken", "tabular"]
+    assert "1–2 of 3" in page.locator("#runs-info").inner_text()
+    page.get_by_role("button", name="Next ›").click()
+    page.wait_for_function("() => document.querySelector('#runs-info').textContent"
+                           ".startsWith('3–3 of 3')")
+    assert _names(page) == ["tune:tabular"] and "page=2" in page.url
+    assert page.get_by_role("button", name="Next ›").is_disabled()
+    page.get_by_role("button", name="‹ Previous").click()
+    page.wait_for_function("() => document.querySelector('#runs-info').textContent"
+                           ".startsWith('1–2 of 3')")
+    # a param column chosen in the list of those found (params.lr is not among the first
+    # four of this page), kept in the URL
+    head = "table.runs thead th[data-sort='params.lr']"
+    assert page.locator(head).count() == 0
+    page.locator("details.cols summary").click()
+    choice = page.locator("details.cols input[value='params.lr']")
+    choice.check()
+    page.locator(head).wait_for()
+    assert "cols=" in page.url and "params.lr" in page.url
+    assert page.locator(head).inner_text() == "param: lr"
+    page = browser.goto("/runs" + page.url.split("/runs", 1)[1])
+    assert page.locator(head).count() == 1  # the shared URL shows the same columns
+    page.locator("details.cols summary").click()
+    page.locator("details.cols input[value='params.lr']").uncheck()
+    page.wait_for_selector(head, state="detached")
+
+
 def test_two_runs_selected_are_compared(browser: Any) -> None:
     page = browser.goto("/runs?q=" + quote('kind = "trial"') + "&sort=name")
     assert _names(page) == ["trial-0", "trial-1", "trial-2"]

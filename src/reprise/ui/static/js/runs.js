@@ -6,7 +6,7 @@
 
 R.page(async (main) => {
   const h = R.h;
-  const LIMIT = 50;
+  const PER_PAGE = 50;
   const POLL_MS = 3000;
   const DEFAULT_SORT = "-started_at";
   const url = R.params();
@@ -16,6 +16,7 @@ R.page(async (main) => {
     page: Math.max(1, parseInt(url.get("page"), 10) || 1),
     cols: url.has("cols") ? url.get("cols").split(",").filter(Boolean) : null,
     flat: url.get("flat") === "1",
+    limit: Math.min(1000, Math.max(1, parseInt(url.get("limit"), 10) || PER_PAGE)),
   };
   const expanded = new Set();
   const selected = new Set();
@@ -71,6 +72,7 @@ R.page(async (main) => {
     if (st.page > 1) q.set("page", st.page);
     if (st.cols) q.set("cols", st.cols.join(","));
     if (st.flat) q.set("flat", "1");
+    if (st.limit !== PER_PAGE) q.set("limit", st.limit);
     const s = q.toString();
     history.replaceState(null, "", location.pathname + (s ? "?" + s : ""));
   }
@@ -78,7 +80,7 @@ R.page(async (main) => {
   // -- data -------------------------------------------------------------------------------
   async function load() {
     syncUrl();
-    const qs = new URLSearchParams({ sort: st.sort, limit: LIMIT, offset: (st.page - 1) * LIMIT });
+    const qs = new URLSearchParams({ sort: st.sort, limit: st.limit, offset: (st.page - 1) * st.limit });
     if (st.q) qs.set("q", st.q);
     if (tree()) qs.set("top_level", "true");
     let data;
@@ -251,13 +253,13 @@ R.page(async (main) => {
     }
     holder.replaceChildren(h("table", { class: "grid runs" }, h("thead", {}, headRow),
       h("tbody", {}, body)));
-    const first = total ? (st.page - 1) * LIMIT + 1 : 0;
-    const last = (st.page - 1) * LIMIT + rows.length;
+    const first = rows.length ? (st.page - 1) * st.limit + 1 : 0;
+    const last = (st.page - 1) * st.limit + rows.length;
     info.textContent = `${first}–${last} of ${total} ` +
       (tree() ? "runs (nested runs folded under their parent)" : "runs");
     pager.replaceChildren(
       h("button", { type: "button", disabled: st.page <= 1, onclick: () => { st.page -= 1; load(); } }, "‹ Previous"),
-      h("span", { class: "muted" }, `page ${st.page} of ${Math.max(1, Math.ceil(total / LIMIT))}`),
+      h("span", { class: "muted" }, `page ${st.page} of ${Math.max(1, Math.ceil(total / st.limit))}`),
       h("button", { type: "button", disabled: last >= total, onclick: () => { st.page += 1; load(); } }, "Next ›"));
     updateSelection();
   }
