@@ -218,7 +218,7 @@ def test_a_script_name_is_text_and_a_running_run_updates_live(
         dialogs: list[str] = []
         b.page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         try:
-            page = b.goto("/runs")
+            page = b.goto("/runs?cols=metrics.loss")  # (a live run logs system metrics too)
             cell = _row(page, XSS).locator("td.name")
             assert cell.inner_text() == XSS
             assert page.locator("table.runs script").count() == 0
@@ -228,13 +228,15 @@ def test_a_script_name_is_text_and_a_running_run_updates_live(
             live.log_metric("loss", 0.25, step=1)
             live.end()
             row.locator(".badge.finished").wait_for(timeout=15_000)  # polled, no reload
-            assert row.locator("td.num").last.inner_text() == "0.25"  # its new last loss
+            assert row.locator("td.num").inner_text() == "0.25"  # its new last loss
             page.get_by_label("select " + own_workspace["xss"]).check()
             page.get_by_label("select " + live.id).check()
             page.locator("#compare").click()
             page.wait_for_selector(".chart .main-svg")
             page.wait_for_load_state("networkidle")
             assert page.get_by_text(XSS, exact=True).count() >= 1
+            legend = page.locator(".chart .legendtext").all_text_contents()
+            assert any(t.startswith(XSS + " · ") for t in legend), legend  # as written
             assert dialogs == []
         finally:
             errors = b.close()

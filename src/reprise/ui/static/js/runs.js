@@ -219,7 +219,10 @@ R.page(async (main) => {
     open ? "▾" : "▸") : h("span", { class: "fold-space" });
     return h("td", { class: "mono run-id", style: `padding-left:${0.5 + depth * 1.4}rem` }, btn,
       h("a", { href: R.link("run", { id: r.id }) }, r.id),
-      kids ? h("span", { class: "muted nested-count" }, " (" + n + ")") : null);
+      kids ? h("span", { class: "muted nested-count" }, " (" + n + ")") : null,
+      !tree() && r.parent_id ? h("span", { class: "muted parent" }, " in ",
+        h("a", { href: R.link("run", { id: r.parent_id }), title: r.parent_id },
+          r.parent_id.slice(0, 10) + "…")) : null);
   }
 
   function render() {
