@@ -157,9 +157,23 @@ def test_run_children_nested_with_their_counts(client: Api, runs: dict[str, str]
     assert {"params", "metrics", "tags", "started_at"} <= set(row)
 
 
-def test_run_children_bad_input(client: Api) -> None:
+def test_run_children_with_a_pipeline_runs_steps(client: Api, runs: dict[str, str]) -> None:
+    ids = f"{runs['p1']},{runs['a']}"
+    body = client.get("/api/run-children", params={"ids": ids, "steps": runs["p1"]}).json()
+    assert [(st["step_name"], st["status"]) for st in body["steps"][runs["p1"]]] == [
+        ("scale", "executed")]
+    assert set(body["steps"]) == {runs["p1"]} and body["children"][runs["p1"]] == []
+    assert client.get("/api/run-children", params={"ids": ids}).json()["steps"] == {}
+
+
+def test_run_children_bad_input(client: Api, runs: dict[str, str]) -> None:
     res = client.get("/api/run-children", params={"ids": " , "})
     assert res.status_code == 400 and "parent run ids" in res.json()["detail"]
     res = client.get("/api/run-children", params={"ids": ",".join(["x"] * 1001)})
     assert res.status_code == 400 and "at most 1000" in res.json()["detail"]
     assert client.get("/api/run-children").status_code == 422
+    res = client.get("/api/run-children", params={"ids": runs["a"], "steps": runs["p1"]})
+    assert res.status_code == 400 and "steps among ids" in res.json()["detail"]
+    res = client.get("/api/run-children", params={"ids": "0123456789nope",
+                                                  "steps": "0123456789nope"})
+    assert res.status_code == 404 and "0123456789nope" in res.json()["detail"]

@@ -58,7 +58,13 @@ def test_the_table_lists_the_demo_runs_and_folds_nested_runs(browser: Any,
     assert trial.get_attribute("data-depth") == "1"
     trial.locator("button.fold").click()  # a trial's own pipeline run, one level deeper
     page.wait_for_selector("tr[data-depth='2'] td.name")
-    assert page.locator("tr[data-depth='2'] td.name").inner_text() == "tabular"
+    pipeline = page.locator("tr[data-depth='2']")
+    assert pipeline.locator("td.name").inner_text() == "tabular"
+    pipeline.locator("button.fold").click()  # the trial's pipeline run folds its steps
+    page.wait_for_selector("tr.step[data-depth='3'] td.step-name")
+    step_names = page.locator("tr.step td.step-name").all_inner_texts()
+    assert "train_mlp" in step_names and "validate" in step_names
+    assert page.locator("tr.step .badge").first.inner_text() in ("executed", "cached")
     browser.shot("runs")
     study.locator("button.fold").click()
     page.wait_for_function("() => !document.querySelector('tr[data-depth=\"1\"]')")
@@ -133,7 +139,7 @@ def test_pages_and_chosen_columns(browser: Any) -> None:
     page.wait_for_function("() => document.querySelector('#runs-info').textContent"
                            ".startsWith('1–2 of 3')")
     # a param column chosen in the list of those found (params.lr is not among the first
-    # four of this page), kept in the URL
+    # three of this page), kept in the URL
     head = "table.runs thead th[data-sort='params.lr']"
     assert page.locator(head).count() == 0
     page.locator("details.cols summary").click()

@@ -1,6 +1,6 @@
 """What the runs page needs beside the runs table (``_api_runs``): the nested runs under
-some runs (a pipeline's trials, a study's trials), each with how many runs nest under it
-in turn, so that the page folds them under their parent."""
+some runs (a study's trials, a trial's pipeline run), each with how many runs nest under it
+in turn, and a pipeline run's steps, so that the page folds them under their parent."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ __all__ = ["MAX_PARENTS", "router"]
 MAX_PARENTS = 1000
 _ROW_FIELDS = ("id", "name", "kind", "status", "parent_id", "started_at", "ended_at",
                "duration", "tags", "params", "metrics")
+_STEP_FIELDS = ("id", "step_name", "status", "reused_from", "started_at", "ended_at",
+                "duration")
 
 
 def router(ctx: UiContext) -> APIRouter:
@@ -25,10 +27,12 @@ def router(ctx: UiContext) -> APIRouter:
     router = APIRouter(tags=["runs"])
 
     @router.get("/api/run-children", summary="The runs nested under some runs, oldest first, "
-                "each with its own number of nested runs")
+                "each with its own number of nested runs; and some pipeline runs' steps")
     def run_children(
         ids: str = Query(..., description="Parent run ids (full ids), comma-separated: up to "
                          f"{MAX_PARENTS}."),
+        steps: str | None = Query(None, description="Some of these ids, comma-separated, "
+                                  "whose pipeline steps to list too (in `steps`)."),
     ) -> dict[str, Any]:
         from reprise.store._metadata_base import RunFilter
         from reprise.tracking import run_dict
@@ -38,6 +42,11 @@ def router(ctx: UiContext) -> APIRouter:
             raise UserError("give the parent run ids (ids=a,b).")
         if len(parents) > MAX_PARENTS:
             raise UserError(f"at most {MAX_PARENTS} parents at once, not {len(parents)}.")
+        with_steps = [i.strip() for i in (steps or "").split(",") if i.strip()]
+        stray = sorted(set(with_steps) - set(parents))
+        if stray:
+            raise UserError(f"steps names {', '.join(map(repr, stray))}, which ids does not; "
+                            "give steps among ids.")
         ctx.fresh()
         # a query per parent and per child (for its own count), on the store's parent_id
         # index: a page's parents mostly have no children, and listing every run to group
@@ -55,7 +64,9 @@ def router(ctx: UiContext) -> APIRouter:
                 row = {k: d[k] for k in _ROW_FIELDS}
                 row["children"] = len(store.list_runs(RunFilter(parent_id=r.id)))
                 children[p].append(row)
-        answer: dict[str, Any] = clean({"children": children})
+        step_rows = {p: [{k: st.get(k) for k in _STEP_FIELDS} for st in store.get_step_runs(p)]
+                     for p in dict.fromkeys(with_steps)}  # an unknown run: 404 naming it
+        answer: dict[str, Any] = clean({"children": children, "steps": step_rows})
         return answer
 
     return router

@@ -23,6 +23,7 @@ R.page(async (main) => {
   let rows = [];
   let total = 0;
   let children = new Map();  // parent id -> its nested runs (loaded)
+  let steps = new Map();     // pipeline run id -> its steps (loaded when unfolded)
   let timer = null;
   let running = null;        // ids running at the last poll
 
@@ -38,10 +39,10 @@ R.page(async (main) => {
     placeholder: "metrics.f1 > 0.9 and params.lr < 0.01", "aria-label": "query",
     spellcheck: "false" });
   const form = h("form", { class: "toolbar", role: "search", onsubmit: (e) => {
-    e.preventDefault(); st.q = input.value.trim(); st.page = 1; load();
+    e.preventDefault(); st.q = input.value.trim(); st.page = 1; act(load);
   } }, input, h("button", { type: "submit", class: "primary" }, "Filter"),
   h("button", { type: "button", onclick: () => {
-    input.value = ""; st.q = ""; st.page = 1; load();
+    input.value = ""; st.q = ""; st.page = 1; act(load);
   } }, "Clear"));
   const message = h("div", { id: "query-message" });
   const compareBtn = h("button", { type: "button", class: "primary", id: "compare",
@@ -50,7 +51,7 @@ R.page(async (main) => {
     } }, "Compare");
   const selInfo = h("span", { class: "muted" });
   const flatBox = h("input", { type: "checkbox", id: "flat", checked: st.flat,
-    onchange: () => { st.flat = flatBox.checked; st.page = 1; load(); } });
+    onchange: () => { st.flat = flatBox.checked; st.page = 1; act(load); } });
   const colsList = h("div", { class: "cols-list" });
   const colsBox = h("details", { class: "cols" }, h("summary", {}, "Columns"), colsList);
   const info = h("span", { class: "muted", id: "runs-info" });
@@ -60,6 +61,11 @@ R.page(async (main) => {
     h("div", { class: "toolbar" }, compareBtn, selInfo,
       h("label", { for: "flat" }, flatBox, " flat list (nested runs too)"), colsBox, info),
     holder, pager);
+
+  // what a click starts: an error the API did not foresee is shown, not lost
+  function act(fn) {
+    fn().catch(err => { console.warn(err); showMessage(String(err && err.message || err)); });
+  }
 
   function showMessage(text) {
     message.replaceChildren(...(text ? [h("div", { class: "error", role: "alert" }, text)] : []));
@@ -94,26 +100,42 @@ R.page(async (main) => {
     rows = data.runs;
     total = data.total;
     children = new Map();
+    steps = new Map();
     if (tree()) {
       await loadChildren(rows.map(r => r.id));
-      const deeper = [...expanded].filter(id => !children.has(id));
-      if (deeper.length) await loadChildren(deeper);
+      // the runs still unfolded, level by level (a study, its trial, the trial's pipeline)
+      let todo;
+      while ((todo = [...expanded].map(find).filter(r => r && !loaded(r))).length) {
+        await loadChildren(todo.map(r => r.id), todo.filter(isPipeline).map(r => r.id));
+      }
     }
     render();
     schedule();
   }
 
-  async function loadChildren(ids) {
+  const isPipeline = r => r.kind === "pipeline";
+  const loaded = r => children.has(r.id) && (!isPipeline(r) || steps.has(r.id));
+
+  function find(id) {
+    const all = [rows, ...children.values()];
+    for (const list of all) for (const r of list) if (r.id === id) return r;
+    return null;
+  }
+
+  async function loadChildren(ids, stepsOf = []) {
     if (!ids.length) return;
-    const data = await R.api("/run-children?" + new URLSearchParams({ ids: ids.join(",") }));
+    const qs = new URLSearchParams({ ids: ids.join(",") });
+    if (stepsOf.length) qs.set("steps", stepsOf.join(","));
+    const data = await R.api("/run-children?" + qs);
     for (const [id, kids] of Object.entries(data.children)) children.set(id, kids);
+    for (const [id, list] of Object.entries(data.steps)) steps.set(id, list);
   }
 
   async function toggle(r) {
     if (expanded.has(r.id)) expanded.delete(r.id);
     else {
       expanded.add(r.id);
-      if (!children.has(r.id)) await loadChildren([r.id]);
+      if (!loaded(r)) await loadChildren([r.id], isPipeline(r) ? [r.id] : []);
     }
     render();
     schedule();
@@ -124,7 +146,9 @@ R.page(async (main) => {
     const out = [];
     const walk = (r, depth) => {
       out.push({ r, depth });
-      if (tree() && expanded.has(r.id)) for (const c of children.get(r.id) || []) walk(c, depth + 1);
+      if (!tree() || !expanded.has(r.id)) return;
+      for (const s of steps.get(r.id) || []) out.push({ r: s, depth: depth + 1, step: true });
+      for (const c of children.get(r.id) || []) walk(c, depth + 1);
     };
     rows.forEach(r => walk(r, 0));
     return out;
@@ -146,11 +170,11 @@ R.page(async (main) => {
 
   function chosen({ count, nested }) {
     let cols = st.cols;
-    if (!cols) {  // the most common plain params (4) and metrics (6) of the page
+    if (!cols) {  // the most common plain params (3) and metrics (5) of the page
       const byUse = [...count.keys()].filter(k => !nested.has(k))
         .sort((a, b) => count.get(b) - count.get(a) || a.localeCompare(b));
-      cols = [...byUse.filter(k => k.startsWith("params.")).slice(0, 4),
-              ...byUse.filter(k => k.startsWith("metrics.")).slice(0, 6)];
+      cols = [...byUse.filter(k => k.startsWith("params.")).slice(0, 3),
+              ...byUse.filter(k => k.startsWith("metrics.")).slice(0, 5)];
     }
     const sortKey = st.sort.replace(/^[-+]/, "");
     if (/^(params|metrics)\./.test(sortKey) && !cols.includes(sortKey)) cols = [...cols, sortKey];
@@ -177,14 +201,14 @@ R.page(async (main) => {
     if (now === key) st.sort = st.sort.startsWith("-") ? key : "-" + key;
     else st.sort = /^(metrics\.|started_at$|ended_at$|duration$)/.test(key) ? "-" + key : key;
     st.page = 1;
-    load();
+    act(load);
   }
 
-  function head(key, label) {
+  function head(key, label, cls) {
     const now = st.sort.replace(/^[-+]/, "");
     const desc = st.sort.startsWith("-");
     const arrow = now === key ? (desc ? " ▼" : " ▲") : "";
-    return h("th", { dataset: { sort: key }, title: "sort by " + key, onclick: () => setSort(key),
+    return h("th", { class: cls, dataset: { sort: key }, title: "sort by " + key, onclick: () => setSort(key),
       "aria-sort": now === key ? (desc ? "descending" : "ascending") : "none" }, label + arrow);
   }
 
@@ -205,41 +229,54 @@ R.page(async (main) => {
       : h("td", { class: "num" }, text);
   }
 
-  function hasKids(r, depth) {
-    return depth === 0 && tree() ? (children.get(r.id) || []).length > 0 : (r.children || 0) > 0;
-  }
+  // nested runs under a run: those loaded for the page's own rows, else the count the
+  // API gave with a nested row
+  const nestedCount = (r, depth) => depth === 0 ? (children.get(r.id) || []).length : (r.children || 0);
+  const indent = depth => `padding-left:${0.5 + depth * 1.4}rem`;
 
   function idCell(r, depth) {
-    const kids = tree() && hasKids(r, depth);
+    const n = nestedCount(r, depth);
+    const kids = tree() && (n > 0 || isPipeline(r));  // a pipeline run folds its steps
     const open = expanded.has(r.id);
-    const n = depth === 0 ? (children.get(r.id) || []).length : r.children;
+    const what = (n ? `${n} nested run${n === 1 ? "" : "s"}` : "") +
+      (isPipeline(r) ? (n ? " and " : "") + "the steps" : "");
     const btn = kids ? h("button", { type: "button", class: "fold", "aria-expanded": String(open),
-      title: (open ? "hide " : "show ") + n + " nested run" + (n === 1 ? "" : "s"),
-      "aria-label": (open ? "collapse " : "expand ") + r.id, onclick: () => toggle(r) },
+      title: (open ? "hide " : "show ") + what,
+      "aria-label": (open ? "collapse " : "expand ") + r.id, onclick: () => act(() => toggle(r)) },
     open ? "▾" : "▸") : h("span", { class: "fold-space" });
-    return h("td", { class: "mono run-id", style: `padding-left:${0.5 + depth * 1.4}rem` }, btn,
+    return h("td", { class: "mono run-id", style: indent(depth) }, btn,
       h("a", { href: R.link("run", { id: r.id }) }, r.id),
-      kids ? h("span", { class: "muted nested-count" }, " (" + n + ")") : null,
+      kids && n ? h("span", { class: "muted nested-count" }, " (" + n + ")") : null,
       !tree() && r.parent_id ? h("span", { class: "muted parent" }, " in ",
         h("a", { href: R.link("run", { id: r.parent_id }), title: r.parent_id },
           r.parent_id.slice(0, 10) + "…")) : null);
   }
 
+  function stepRow(s, depth, cols) {  // a pipeline's step: executed, cached or failed
+    return h("tr", { class: "nested step", dataset: { step: s.id, depth: String(depth) } },
+      h("td", { class: "pick" }), h("td", { class: "mono run-id", style: indent(depth) },
+        h("span", { class: "fold-space" }), h("span", { class: "muted" }, "step")),
+      h("td", { class: "step-name" }, s.step_name), h("td", {}, "step"),
+      h("td", { class: "status" }, R.badge(s.status)), h("td", {}, R.time(s.started_at)),
+      h("td", {}, R.duration(s.duration)), cols.map(() => h("td", {})));
+  }
+
   function render() {
     const list = visible();
-    const found = foundKeys(list);
+    const runsShown = list.filter(v => !v.step);
+    const found = foundKeys(runsShown);
     const cols = chosen(found);
     drawColumnChooser(found, cols);
     const pick = h("input", { type: "checkbox", "aria-label": "select all on this page",
-      checked: list.length > 0 && list.every(({ r }) => selected.has(r.id)),
+      checked: runsShown.length > 0 && runsShown.every(({ r }) => selected.has(r.id)),
       onchange: (e) => {
-        for (const { r } of list) { if (e.target.checked) selected.add(r.id); else selected.delete(r.id); }
+        for (const { r } of runsShown) { if (e.target.checked) selected.add(r.id); else selected.delete(r.id); }
         render();
       } });
     const headRow = h("tr", {}, h("th", { class: "pick" }, pick),
       FIXED.map(c => head(c.key, c.label)),
-      cols.map(k => head(k, k.replace(/^metrics\./, "").replace(/^params\./, "param: "))));
-    const body = list.map(({ r, depth }) => h("tr", {
+      cols.map(k => head(k, k.replace(/^metrics\./, "").replace(/^params\./, "param: "), "col-head")));
+    const body = list.map(({ r, depth, step }) => step ? stepRow(r, depth, cols) : h("tr", {
       dataset: { id: r.id, depth: String(depth) }, class: depth ? "nested" : "" },
     h("td", { class: "pick" }, h("input", { type: "checkbox", "aria-label": "select " + r.id,
       checked: selected.has(r.id), onchange: (e) => {
@@ -261,9 +298,9 @@ R.page(async (main) => {
     info.textContent = `${first}–${last} of ${total} ` +
       (tree() ? "runs (nested runs folded under their parent)" : "runs");
     pager.replaceChildren(
-      h("button", { type: "button", disabled: st.page <= 1, onclick: () => { st.page -= 1; load(); } }, "‹ Previous"),
+      h("button", { type: "button", disabled: st.page <= 1, onclick: () => { st.page -= 1; act(load); } }, "‹ Previous"),
       h("span", { class: "muted" }, `page ${st.page} of ${Math.max(1, Math.ceil(total / st.limit))}`),
-      h("button", { type: "button", disabled: last >= total, onclick: () => { st.page += 1; load(); } }, "Next ›"));
+      h("button", { type: "button", disabled: last >= total, onclick: () => { st.page += 1; act(load); } }, "Next ›"));
     updateSelection();
   }
 
@@ -277,7 +314,7 @@ R.page(async (main) => {
   function schedule() {
     clearTimeout(timer);
     timer = null;
-    if (visible().some(({ r }) => r.status === "running")) timer = setTimeout(poll, POLL_MS);
+    if (visible().some(({ r, step }) => !step && r.status === "running")) timer = setTimeout(() => act(poll), POLL_MS);
     else running = null;
   }
 
@@ -290,7 +327,7 @@ R.page(async (main) => {
     } catch (err) { console.warn("runs: live update failed", err); schedule(); return; }
     const now = new Set(data.runs.map(r => r.id));
     const changed = running !== null && (now.size !== running.size || [...now].some(id => !running.has(id)));
-    const shown = visible().map(({ r }) => r);
+    const shown = visible().filter(v => !v.step).map(({ r }) => r);
     const ended = shown.some(r => r.status === "running" && !now.has(r.id));
     running = now;
     if (changed || ended) { await load(); return; }
