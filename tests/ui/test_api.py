@@ -5,6 +5,7 @@ unknown runs (404), user strings returned as data."""
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,10 @@ class Api:
             async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
                 return await c.get(path, **kw)
 
-        return asyncio.run(go())
+        # in a thread of its own: Playwright's sync API (a browser test earlier in this
+        # process) leaves an event loop running in this one, where asyncio.run refuses
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, go()).result()
 
 
 @pytest.fixture

@@ -209,7 +209,10 @@ R.page(async (main) => {
     const desc = st.sort.startsWith("-");
     const arrow = now === key ? (desc ? " ▼" : " ▲") : "";
     return h("th", { class: cls, dataset: { sort: key }, title: "sort by " + key, onclick: () => setSort(key),
-      "aria-sort": now === key ? (desc ? "descending" : "ascending") : "none" }, label + arrow);
+      "aria-sort": now === key ? (desc ? "descending" : "ascending") : "none" },
+    // a long metric name may break after each "/" (train_mlp/val/loss)
+    label.split("/").map((part, i, all) => i < all.length - 1 ? [part + "/", h("wbr")] : part),
+    arrow);
   }
 
   function value(r, key) {
