@@ -190,6 +190,22 @@ def test_two_runs_selected_are_compared(browser: Any) -> None:
     browser.shot("compare")
 
 
+def test_compare_two_pipelines_shows_their_differing_outputs(browser: Any,
+                                                             demo_project: Path) -> None:
+    built = _built(demo_project)
+    page = browser.goto("/runs")
+    broken = _row(page, "broken").get_attribute("data-id")
+    page = browser.goto(f"/compare?ids={built['run_id']},{broken}")
+    page.wait_for_selector(".chart .main-svg")
+    page.wait_for_load_state("networkidle")
+    outputs = page.locator("#outputs-table tbody tr.differs th").all_inner_texts()
+    assert "train_mlp/output" in outputs and "train_constant/output" in outputs
+    assert page.locator("#outputs-table tbody tr.differs td span[title]").count() >= 2
+    assert "The environments are the same." in page.locator("#env-same").inner_text()
+    differing = page.locator("#params-table tbody tr.differs th").all_inner_texts()
+    assert "hidden" in differing and "test_fraction" not in differing  # 0.25 in both
+
+
 def test_compare_without_runs_says_what_to_do(browser: Any) -> None:
     page = browser.goto("/compare")
     assert "Select two runs or more" in page.locator(".error").inner_text()
