@@ -177,3 +177,28 @@ def test_run_children_bad_input(client: Api, runs: dict[str, str]) -> None:
     res = client.get("/api/run-children", params={"ids": "0123456789nope",
                                                   "steps": "0123456789nope"})
     assert res.status_code == 404 and "0123456789nope" in res.json()["detail"]
+
+
+def test_environment_diff_skips_a_run_without_a_recorded_environment() -> None:
+    from types import SimpleNamespace
+
+    from reprise.core.errors import NotFoundError
+    from reprise.ui._api_compare import _environment
+
+    prints = {"e1": {"python": {"version": "3.11.7"}, "packages": {"numpy": "2.0"},
+                     "env_vars": {"TOKEN": "secret"}},
+              "e2": {"python": {"version": "3.12.1"}, "packages": {"numpy": "2.0"},
+                     "env_vars": {"TOKEN": "other"}}}
+
+    def get_environment(env_hash: str) -> dict[str, Any]:
+        if env_hash not in prints:
+            raise NotFoundError(env_hash)
+        return prints[env_hash]
+
+    ctx: Any = SimpleNamespace(store=SimpleNamespace(get_environment=get_environment))
+    runs = [{"env_hash": None}, {"env_hash": "e1"}, {"env_hash": "gone"}, {"env_hash": "e2"}]
+    env = _environment(ctx, runs)
+    assert env["recorded"] == [False, True, False, True]
+    assert env["python"] == [None, "3.11.7", None, "3.12.1"]
+    assert env["differs"] == [{"section": "python", "key": "version",
+                               "values": [None, "3.11.7", None, "3.12.1"]}]

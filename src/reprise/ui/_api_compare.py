@@ -97,34 +97,41 @@ def _outputs(ctx: UiContext, run: dict[str, Any]) -> dict[str, Any]:
 
 
 def _environment(ctx: UiContext, runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each run's Python, and the environment entries (section, key) that differ from the
-    first run's, with every run's value: ``env.diff_environments`` of each run against the
-    first."""
-    from reprise.core.errors import NotFoundError
+    """Each run's Python, and the environment entries (section, key) that differ between
+    the runs, with every run's value: ``env.diff_environments`` of each run against the
+    first one recorded (a run without a recorded environment has None everywhere)."""
     from reprise.env import diff_environments
 
-    prints: list[dict[str, Any] | None] = []
-    for r in runs:
-        try:
-            fp = ctx.store.get_environment(r["env_hash"]) if r.get("env_hash") else None
-        except NotFoundError:
-            fp = None
-        prints.append({k: fp[k] for k in _ENV_SECTIONS if k in fp} if fp else None)
-    first = prints[0] or {}
+    prints = [_fingerprint(ctx, r.get("env_hash")) for r in runs]
+    recorded = [i for i, fp in enumerate(prints) if fp is not None]
+    base_i = recorded[0] if recorded else 0
     base: dict[tuple[str, str], Any] = {}
     changed: dict[tuple[str, str], dict[int, Any]] = {}
-    for i, fp in enumerate(prints[1:], start=1):
-        for c in diff_environments(first, fp or {}):
+    for i in recorded[1:]:
+        for c in diff_environments(prints[base_i] or {}, prints[i] or {}):
             base[(c.section, c.key)] = c.old
             changed.setdefault((c.section, c.key), {})[i] = c.new
     differs = []
-    for (section, key), news in sorted(changed.items()):
-        values = [base[(section, key)] if i == 0 else news.get(i, base[(section, key)])
-                  for i in range(len(runs))]
-        differs.append({"section": section, "key": key, "values": values})
+    for entry, news in sorted(changed.items()):
+        values = [None if prints[i] is None else base[entry] if i == base_i
+                  else news.get(i, base[entry]) for i in range(len(runs))]
+        differs.append({"section": entry[0], "key": entry[1], "values": values})
     return {"hashes": [r.get("env_hash") for r in runs],
             "recorded": [p is not None for p in prints],
             "python": [_python(p) for p in prints], "differs": differs}
+
+
+def _fingerprint(ctx: UiContext, env_hash: str | None) -> dict[str, Any] | None:
+    """The compared sections of a recorded environment; None when there is none."""
+    from reprise.core.errors import NotFoundError
+
+    if not env_hash:
+        return None
+    try:
+        fp = ctx.store.get_environment(env_hash)
+    except NotFoundError:
+        return None
+    return {k: fp[k] for k in _ENV_SECTIONS if k in fp}
 
 
 def _python(fp: dict[str, Any] | None) -> str | None:

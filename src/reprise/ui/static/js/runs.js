@@ -57,7 +57,10 @@ R.page(async (main) => {
   const info = h("span", { class: "muted", id: "runs-info" });
   const holder = h("div", { class: "table-wrap" });
   const pager = h("div", { class: "toolbar pager" });
-  main.append(h("h1", {}, "Runs"), form, message,
+  const hint = h("p", { class: "muted hint" }, "Compare id, name, kind, status, parent_id, " +
+    "started_at, ended_at, duration, metrics.KEY, params.KEY or tags.KEY with = != < <= > >= " +
+    "to a number, a \"string\", true, false or null; join with and, or, not, ( ).");
+  main.append(h("h1", {}, "Runs"), form, message, hint,
     h("div", { class: "toolbar" }, compareBtn, selInfo,
       h("label", { for: "flat" }, flatBox, " flat list (nested runs too)"), colsBox, info),
     holder, pager);
