@@ -23,8 +23,9 @@ __all__ = ["API_MODULES", "TOKEN_ENV", "create_app"]
 
 TOKEN_ENV = "REPRISE_UI_TOKEN"
 # the API's parts, in the order their routes are matched (reprise.ui._api_NAME.router)
-API_MODULES = ("_api_runs", "_api_artifacts", "_api_run_more", "_api_lineage", "_api_datasets",
-               "_api_studies", "_api_rollouts", "_api_monitoring", "_api_tradeoffs")
+API_MODULES = ("_api_runs", "_api_runs_extra", "_api_compare", "_api_artifacts", "_api_run_more",
+               "_api_lineage", "_api_datasets", "_api_studies", "_api_rollouts",
+               "_api_monitoring", "_api_tradeoffs")
 
 
 def create_app(workspace: Workspace, token: str | None = None,
