@@ -15,4 +15,3 @@ def test_the_runs_page_lists_the_demo_runs_with_their_ids(browser: Any, demo_pro
     assert page.locator("#nav a.brand").inner_text() == "Reprise"
     assert page.locator("#nav a.active").inner_text() == "Runs"
     assert page.get_by_text(built["run_id"], exact=True).count() >= 1
-    browser.shot("runs")
