@@ -23,7 +23,9 @@ __all__ = ["API_MODULES", "TOKEN_ENV", "create_app"]
 
 TOKEN_ENV = "REPRISE_UI_TOKEN"
 # the API's parts, in the order their routes are matched (reprise.ui._api_NAME.router)
-API_MODULES = ("_api_runs",)
+API_MODULES = ("_api_runs", "_api_models")
+# what --allow-actions allows (POST /api/models/NAME/promote, /rollback, /rollouts/abort)
+ACTIONS = ("promote", "rollback", "abort_rollout")
 
 
 def create_app(workspace: Workspace, token: str | None = None,
@@ -75,7 +77,8 @@ def create_app(workspace: Workspace, token: str | None = None,
     @app.get("/api/health", summary="Liveness and the server's mode")
     def health() -> dict[str, Any]:
         return {"status": "ok", "workspace": str(workspace.root),
-                "read_only": not allow_actions, "actions": []}
+                "read_only": not allow_actions,
+                "actions": list(ACTIONS) if allow_actions else []}
 
     for module in API_MODULES:
         app.include_router(import_module(f"reprise.ui.{module}").router(ctx))
