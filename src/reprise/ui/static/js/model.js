@@ -139,7 +139,7 @@ function promoteDialog(model, v, result) {
 /** The confirm dialog of an action: what it does, a reason (required); on confirm the
     POST, then the result above the page and the page drawn again. */
 function act(result, spec) {
-  const reason = R.h("textarea", { name: "reason", required: true, placeholder: "Why (recorded in the audit log)", "aria-label": "reason" });
+  const reason = R.h("textarea", { name: "reason", "aria-required": "true", placeholder: "Why (recorded in the audit log)", "aria-label": "reason" });
   const error = R.h("div", {});
   const confirm = R.h("button", { type: "submit", class: "primary confirm" }, "Confirm");
   const cancel = R.h("button", { type: "button", class: "cancel" }, "Cancel");

@@ -10,13 +10,13 @@ R.page(async (main) => {
     main.append(R.h("p", { class: "muted" }, "No registered model yet: ",
       R.h("code", {}, "reprise models register NAME --run RUN"), "."));
   } else {
-    main.append(R.table([
+    main.append(R.section("Registered models", R.table([
       { label: "Model", get: m => R.h("a", { href: R.link("model", { name: m.name }) }, m.name) },
       { label: "Versions", get: m => m.versions },
       { label: "Newest", get: m => m.latest },
       { label: "Aliases", get: m => Object.entries(m.aliases).map(([a, v]) => a + " → " + v).join(", ") || "—" },
       { label: "Updated", get: m => R.time(m.updated) },
-    ], data.models, { class: "models" }));
+    ], data.models, { class: "models" })));
   }
   const log = R.h("div", {});
   main.append(R.section("Audit log", auditStatus(check), log));
