@@ -26,18 +26,23 @@ XSS = "<script>alert(1)</script>"
 
 
 class Api:
-    """A synchronous face on httpx's ASGI transport (no sockets)."""
+    """A synchronous face on httpx's ASGI transport (no sockets). Each request runs its
+    own event loop in a worker thread: the browser tests' Playwright keeps a loop running
+    in this thread for the rest of the session."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        from concurrent.futures import ThreadPoolExecutor
+
         async def go() -> httpx.Response:
             transport = httpx.ASGITransport(app=self.app)
             async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
                 return await c.request(method, path, **kw)
 
-        return asyncio.run(go())
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(lambda: asyncio.run(go())).result()
 
     def get(self, path: str, **kw: Any) -> httpx.Response:
         return self.request("GET", path, **kw)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -98,17 +99,44 @@ def test_an_unknown_model_says_so(lenient: Any) -> None:
     assert "no model 'nope'" in alert.inner_text()
 
 
-@pytest.fixture
-def acting(chromium: Any, demo_project: Path, tmp_path: Path) -> Iterator[_browser.Browser]:
-    """A page on a server with --allow-actions over a private copy of the demo; the test
-    fails on any error but those it lists in ``expected``."""
+@contextmanager
+def _acting(chromium: Any, demo_project: Path, tmp_path: Path,
+            rollout: bool = False) -> Iterator[_browser.Browser]:
+    """A page on a server with --allow-actions over a private copy of the demo (with a
+    running rollout of version 2 if asked); the test fails on any error but those it
+    lists in ``expected``."""
     copy = _demo_workspace.copy_of(demo_project, tmp_path / "tabular")
+    if rollout:
+        _reprise(copy, "rollout", "start", "cancer", "2", "--force", "--reason", "a trial")
     with _browser.ui_server(copy, "--allow-actions") as url:
         b = _browser.Browser(chromium, url, "acting")
         b.expected = []  # type: ignore[attr-defined]
         yield b
         errors = b.close(allowed=tuple(b.expected))  # type: ignore[attr-defined]
     assert not errors, "the page had errors:\n" + "\n".join(errors)
+
+
+@pytest.fixture
+def acting(chromium: Any, demo_project: Path, tmp_path: Path) -> Iterator[_browser.Browser]:
+    with _acting(chromium, demo_project, tmp_path) as b:
+        yield b
+
+
+@pytest.fixture
+def acting_on_a_rollout(chromium: Any, demo_project: Path,
+                        tmp_path: Path) -> Iterator[_browser.Browser]:
+    with _acting(chromium, demo_project, tmp_path, rollout=True) as b:
+        yield b
+
+
+def _reprise(project: Path, *args: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "REPRISE_WORKSPACE"}
+    subprocess.run([sys.executable, "-m", "reprise.cli", *args], cwd=project, env=env,
+                   check=True, capture_output=True)
 
 
 def _confirm(page: Any, reason: str) -> None:
@@ -162,3 +190,19 @@ def test_a_refused_action_shows_its_message(acting: Any) -> None:
     alert = page.locator("dialog.action [role=alert]")
     alert.wait_for()
     assert "gates failed" in alert.inner_text()
+
+
+def test_abort_a_running_rollout_through_the_page(acting_on_a_rollout: Any) -> None:
+    page = acting_on_a_rollout.goto("/model?name=cancer")
+    row = page.locator("table.rollouts tbody tr")
+    assert row.count() == 1 and "1 → 2" in row.inner_text()
+    row.locator("button.abort").click()
+    _confirm(page, "the candidate looks wrong")
+    notice = page.locator("#action-result .notice")
+    notice.wait_for()
+    assert "aborted; cancer@production stays at 1" in notice.inner_text()
+    assert page.locator("table.rollouts").count() == 0  # no running rollout any more
+    event = page.locator("table.audit tbody tr").first
+    assert "rollout.abort" in event.inner_text()
+    assert "the candidate looks wrong" in event.inner_text()
+    assert "ui:" in event.inner_text()

@@ -12,6 +12,7 @@ when it has an ``Origin``, one that names this server's own host."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -39,6 +40,7 @@ class _Action(BaseModel):
 
 
 _Body = TypeVar("_Body", bound=_Action)
+_T = TypeVar("_T")
 
 
 class PromoteBody(_Action):
@@ -113,11 +115,17 @@ def router(ctx: UiContext) -> APIRouter:
     cards: dict[str, dict[str, Any]] = {}
     cards_lock = threading.Lock()
 
+    def reg(fn: Callable[..., _T], *args: Any, **kw: Any) -> _T:
+        """A registry function on this workspace. Each catches up the journals of live
+        runs first (as ``ctx.fresh`` does), which one thread at a time may do."""
+        with ctx._recovering:
+            return fn(*args, workspace=ctx.workspace, **kw)
+
     @router.get("/api/models", summary="Registered models: versions, newest, aliases")
     def models() -> dict[str, Any]:
         from reprise.registry import list_models
 
-        answer: dict[str, Any] = clean({"models": list_models(workspace=ctx.workspace)})
+        answer: dict[str, Any] = clean({"models": reg(list_models)})
         return answer
 
     @router.get("/api/models/{name}", summary="One model: its versions (run, metrics, gates, "
@@ -126,7 +134,7 @@ def router(ctx: UiContext) -> APIRouter:
         from reprise.registry import describe_model
         from reprise.serve import list_rollouts
 
-        info = describe_model(name, workspace=ctx.workspace)
+        info = reg(describe_model, name)
         info["aliases"] = [_alias(name, alias, version)
                            for alias, version in sorted(info["aliases"].items())]
         info["rollouts"] = [{"id": r.id, "alias": r.alias, "stable": r.stable,
@@ -148,7 +156,7 @@ def router(ctx: UiContext) -> APIRouter:
     def version(name: str, version: int) -> dict[str, Any]:
         from reprise.registry import describe_model
 
-        info = describe_model(f"{name}:{version}", workspace=ctx.workspace)
+        info = reg(describe_model, f"{name}:{version}")
         info.update(_card(name, version, info["package"]))
         answer: dict[str, Any] = clean(info)
         return answer
@@ -159,7 +167,7 @@ def router(ctx: UiContext) -> APIRouter:
         with cards_lock:
             hit = cards.get(package)
         if hit is None:  # a package never changes: read it once (it is verified on reading)
-            got = model_card(f"{name}:{version}", workspace=ctx.workspace)
+            got = reg(model_card, f"{name}:{version}")
             hit = {"card": got["card"], "evaluation": got["evaluation"]}
             with cards_lock:
                 if len(cards) >= _CARD_CACHE:
@@ -175,7 +183,7 @@ def router(ctx: UiContext) -> APIRouter:
     ) -> dict[str, Any]:
         from reprise.registry import audit_log
 
-        events = audit_log(workspace=ctx.workspace)
+        events = reg(audit_log)
         if model is not None:
             events = [e for e in events if _model_of(e["subject"]) == model]
         events.reverse()
@@ -188,7 +196,7 @@ def router(ctx: UiContext) -> APIRouter:
     def verify() -> dict[str, Any]:
         from reprise.registry import verify_audit
 
-        report = verify_audit(workspace=ctx.workspace).to_dict()
+        report = reg(verify_audit).to_dict()
         report["status"] = "intact" if report["ok"] else "broken"
         answer: dict[str, Any] = clean(report)
         return answer
@@ -208,8 +216,8 @@ def router(ctx: UiContext) -> APIRouter:
         from reprise.registry import promote as do
 
         body = _parse(PromoteBody, raw)
-        before = do(name, body.version, body.alias, force=body.force, reason=body.reason,
-                    by=_actor(), workspace=ctx.workspace)
+        before = reg(do, name, body.version, body.alias, force=body.force,
+                     reason=body.reason, by=_actor())
         return {"name": name, "alias": body.alias, "version": body.version,
                 "previous": before, "changed": before != body.version}
 
@@ -220,8 +228,7 @@ def router(ctx: UiContext) -> APIRouter:
         from reprise.registry import rollback as do
 
         body = _parse(RollbackBody, raw)
-        old, new = do(name, body.alias, reason=body.reason, by=_actor(),
-                      workspace=ctx.workspace)
+        old, new = reg(do, name, body.alias, reason=body.reason, by=_actor())
         return {"name": name, "alias": body.alias, "from": old, "to": new}
 
     @router.post("/api/models/{name}/rollouts/abort", summary="Action: abort the model's "
