@@ -57,9 +57,12 @@ def _package(c: float, gates: bool) -> Any:
     rng = np.random.default_rng(0)
     x = pd.DataFrame({"a": rng.normal(size=40), "b": rng.normal(size=40)})
     y = (x["a"] + x["b"] > 0).astype(int)
-    evaluation = {"metrics": {"accuracy": {"value": 0.9 if gates else 0.4}},
+    evaluation = {"task": "binary", "n": 40,
+                  "metrics": {"accuracy": {"value": 0.9 if gates else 0.4}},
                   "gates": {"passed": gates, "results": [
-                      {"metric": "accuracy", "rule": ">= 0.8", "passed": gates}]}}
+                      {"metric": "accuracy", "rule": ">= 0.8", "threshold": 0.8,
+                       "actual": 0.9 if gates else 0.4, "by": None, "baseline": None,
+                       "passed": gates}]}}
     return package_model(LogisticRegression(C=c).fit(x, y), sample=x, evaluation=evaluation,
                          description=XSS)
 
@@ -253,3 +256,20 @@ def test_the_openapi_documents_the_models_api(ro: Api) -> None:
     promote_doc = paths["/api/models/{name}/promote"]["post"]
     schema = promote_doc["requestBody"]["content"]["application/json"]["schema"]
     assert {"version", "alias", "reason"} <= set(schema["required"])
+
+
+def test_the_evaluation_report_is_sandboxed_html(ws: Any, ro: Api) -> None:
+    from sklearn.linear_model import LogisticRegression
+
+    r = ro.get("/api/models/churn/versions/1/report")
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/html")
+    assert "<h1>Evaluation report</h1>" in r.text
+    csp = r.headers["content-security-policy"]
+    assert csp.startswith("sandbox allow-scripts;") and "default-src 'none'" in csp
+    x = pd.DataFrame({"a": [0.0, 1.0, 2.0, 3.0], "b": [1.0, 0.0, 1.0, 0.0]})
+    bare = package_model(LogisticRegression().fit(x, [0, 1, 0, 1]), sample=x)
+    register_package("churn", bare, workspace=ws)
+    none = ro.get("/api/models/churn/versions/4/report")
+    assert none.status_code == 404 and "without an evaluation" in none.json()["detail"]
+    assert ro.get("/api/models/churn/versions/9/report").status_code == 404

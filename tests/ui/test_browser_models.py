@@ -65,6 +65,14 @@ def test_the_model_page_shows_versions_aliases_card_and_audit(browser: Any,
     page.get_by_role("heading", name="Version 2: model card").wait_for()
     gates = page.locator("table.gates tbody tr")
     assert gates.count() >= 1 and gates.locator(".badge.failed").count() == gates.count()
+    # the full evaluation report, in a sandboxed frame, on demand
+    page.get_by_role("button", name="Show the evaluation report").click()
+    frame = page.locator("iframe.report")
+    assert frame.get_attribute("sandbox") == "allow-scripts"
+    report = page.frame_locator("iframe.report")
+    report.locator("h1").wait_for()
+    assert report.locator("h1").inner_text() == "Evaluation report"
+    page.wait_for_load_state("networkidle")
 
 
 @pytest.fixture

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from fastapi import Request
+from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, Field, ValidationError
 
-from reprise.core.errors import UserError
+from reprise.core.errors import NotFoundError, UserError
 from reprise.ui._context import UiContext, clean
 from reprise.ui._errors import Forbidden
 
@@ -32,6 +33,10 @@ __all__ = ["router"]
 
 # the audit actions that move an alias (the registry's and a rollout's)
 _ALIAS_ACTIONS = ("promote", "rollback", "rollout.promote")
+# the evaluation report (plotly inline) runs in an opaque origin: its scripts cannot reach
+# this server's API or the page's storage, and it loads nothing from anywhere
+_REPORT_CSP = ("sandbox allow-scripts; default-src 'none'; script-src 'unsafe-inline'; "
+               "style-src 'unsafe-inline'; img-src data: blob:; frame-ancestors 'self'")
 _CARD_CACHE = 64  # versions whose card and evaluation are kept (a package never changes)
 
 
@@ -174,6 +179,29 @@ def router(ctx: UiContext) -> APIRouter:
                     cards.pop(next(iter(cards)))
                 cards[package] = hit
         return hit
+
+    @router.get("/api/models/{name}/versions/{version}/report", summary="One version's "
+                "evaluation report: a self-contained HTML page, sandboxed (no access to this "
+                "origin), for an iframe", response_class=HTMLResponse)
+    def report(name: str, version: int) -> HTMLResponse:
+        from reprise.evaluate import Evaluation
+        from reprise.registry import describe_model
+
+        info = reg(describe_model, f"{name}:{version}")
+        evaluation = _card(name, version, info["package"])["evaluation"]
+        if evaluation is None:
+            raise NotFoundError(f"{name}:{version} was packaged without an evaluation; it has "
+                                "no report.")
+        try:
+            html = Evaluation.from_dict(evaluation).to_html()
+        except (KeyError, TypeError, ValueError) as exc:  # a hand-made evaluation document
+            raise UserError(f"the evaluation stored with {name}:{version} cannot be drawn as "
+                            f"a report ({type(exc).__name__}: {exc}); its card and metrics "
+                            "are on the model's page.") from None
+        return HTMLResponse(html,
+                            headers={"Content-Security-Policy": _REPORT_CSP,
+                                     "X-Content-Type-Options": "nosniff",
+                                     "Cache-Control": "no-cache"})
 
     @router.get("/api/audit", summary="The audit log, newest first, a page at a time")
     def audit(

@@ -204,7 +204,7 @@ async function versionSection(name, version) {
       { label: "Value", get: ([, s]) => s.value },
     ], worst, { class: "worst" }));
   }
-  if (v.evaluation) parts.push(evaluationPart(v.evaluation));
+  if (v.evaluation) parts.push(evaluationPart(v.evaluation), reportPart(name, version));
   else parts.push(R.h("p", { class: "muted" }, "Packaged without an evaluation."));
   return R.section("Version " + version + ": model card", ...parts);
 }
@@ -228,6 +228,25 @@ function evaluationPart(ev) {
     ], per, { class: "per-class" }));
   }
   return R.h("div", {}, out);
+}
+
+/** The evaluation report (HTML with its charts) on demand, in a sandboxed iframe: its
+    scripts run in an opaque origin, away from this page and the API. An iframe cannot send
+    the API's bearer token, so with a token the report comes from the CLI instead. */
+function reportPart(name, version) {
+  const box = R.h("div", { class: "report" });
+  if (sessionStorage.getItem("reprise-ui-token")) {
+    box.append(R.h("p", { class: "muted" }, "The full report: ",
+      R.h("code", {}, "reprise models show " + name + ":" + version + " --report report.html")));
+    return box;
+  }
+  const show = R.h("button", { class: "show-report", onclick: () => {
+    show.remove();
+    box.append(R.h("iframe", { class: "report", title: "Evaluation report", sandbox: "allow-scripts",
+      src: "/api/models/" + encodeURIComponent(name) + "/versions/" + version + "/report" }));
+  } }, "Show the evaluation report");
+  box.append(show);
+  return box;
 }
 
 function auditStatus(check) {
