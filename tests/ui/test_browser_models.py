@@ -108,14 +108,20 @@ def test_an_unknown_model_says_so(lenient: Any) -> None:
 
 
 @contextmanager
-def _acting(chromium: Any, demo_project: Path, tmp_path: Path,
-            rollout: bool = False) -> Iterator[_browser.Browser]:
+def _acting(chromium: Any, demo_project: Path, tmp_path: Path, rollout: bool = False,
+            tamper: str | None = None) -> Iterator[_browser.Browser]:
     """A page on a server with --allow-actions over a private copy of the demo (with a
-    running rollout of version 2 if asked); the test fails on any error but those it
-    lists in ``expected``."""
+    running rollout of version 2, or the SQL ``tamper`` run on its database, if asked);
+    the test fails on any error but those it lists in ``expected``."""
     copy = _demo_workspace.copy_of(demo_project, tmp_path / "tabular")
     if rollout:
         _reprise(copy, "rollout", "start", "cancer", "2", "--force", "--reason", "a trial")
+    if tamper:
+        import sqlite3
+
+        with sqlite3.connect(copy / ".reprise" / "reprise.db") as db:
+            db.execute(tamper)
+        db.close()
     with _browser.ui_server(copy, "--allow-actions") as url:
         b = _browser.Browser(chromium, url, "acting")
         b.expected = []  # type: ignore[attr-defined]
@@ -214,3 +220,20 @@ def test_abort_a_running_rollout_through_the_page(acting_on_a_rollout: Any) -> N
     assert "rollout.abort" in event.inner_text()
     assert "the candidate looks wrong" in event.inner_text()
     assert "ui:" in event.inner_text()
+
+
+@pytest.fixture
+def tampered(chromium: Any, demo_project: Path, tmp_path: Path) -> Iterator[_browser.Browser]:
+    with _acting(chromium, demo_project, tmp_path,
+                 tamper="UPDATE audit_events SET actor = 'mallory' WHERE seq = 2") as b:
+        yield b
+
+
+def test_a_tampered_audit_log_shows_as_broken(tampered: Any) -> None:
+    for path in ("/models", "/model?name=cancer"):
+        page = tampered.goto(path)
+        assert page.locator(".audit-status .badge.broken").inner_text() == "broken"
+        problems = page.locator("ul.problems li")
+        assert problems.count() == 1
+        assert problems.first.inner_text().startswith("edited: event #2 (promote")
+    tampered.shot("model-audit-broken")
