@@ -135,12 +135,14 @@ def test_train_register_promote_trace_predict_rollback(project: Path) -> None:
     assert held.returncode == 2 and "held by alias(es) ['production']" in held.stderr
     assert "Move the alias first" in held.stderr
     assert js(project, "models", "show", "points@production")["version"] == 2
-    rolled = cli(project, "models", "rollback", "points", "--alias", "production")
+    rolled = cli(project, "models", "rollback", "points", "--alias", "production",
+                 "--reason", "alerts after v2")
     assert "-> 1 (rolled back from 2)" in rolled.stdout
     listed = js(project, "models", "list")
     assert listed[0]["aliases"] == {"production": 1} and listed[0]["versions"] == 2
     actions = [e["action"] for e in js(project, "audit", "log")]
     assert actions == ["register", "promote", "register", "promote", "rollback"]
+    assert js(project, "audit", "log")[-1]["payload"]["reason"] == "alerts after v2"
 
 
 def test_bad_input_to_predict_writes_nothing(project: Path) -> None:

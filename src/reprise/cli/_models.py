@@ -130,7 +130,7 @@ def promote(
     force: Annotated[bool, typer.Option(
         "--force", help="Promote although the evaluation gates did not pass.")] = False,
     reason: Annotated[str | None, typer.Option(
-        help="Why --force (recorded in the audit log).")] = None,
+        help="Why (recorded in the audit log); required with --force.")] = None,
 ) -> None:
     """Point ALIAS at NAME:VERSION (its evaluation gates must have passed)."""
     from reprise.registry import promote as do
@@ -146,11 +146,13 @@ def promote(
 
 @models_app.command("rollback")
 def rollback(name: Annotated[str, typer.Argument(help="Model name.")],
-             alias: Annotated[str, typer.Option(help="Alias to roll back.")]) -> None:
+             alias: Annotated[str, typer.Option(help="Alias to roll back.")],
+             reason: Annotated[str | None, typer.Option(
+                 help="Why (recorded in the audit log).")] = None) -> None:
     """Return ALIAS to the version it held before its latest promotion."""
     from reprise.registry import rollback as do
 
-    old, new = do(name, alias, workspace=_ws())
+    old, new = do(name, alias, reason=reason, workspace=_ws())
     typer.echo(f"{name}@{alias} -> {new} (rolled back from {old})")
 
 

@@ -15,8 +15,9 @@ def ui(
                     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
     allow_actions: Annotated[bool, typer.Option(
-        "--allow-actions", help="Allow the dashboard's actions (promote, rollback, abort a "
-        "rollout; none exist yet). Default: read-only.")] = False,
+        "--allow-actions", help="Allow the dashboard's actions: promote a model version to an "
+        "alias, roll an alias back, abort a running rollout (each audited with the reason "
+        "given, actor ui:USER@HOST). Default: read-only.")] = False,
 ) -> None:
     """Serve the dashboard of this workspace: a JSON API under /api (its OpenAPI
     schema at /openapi.json). A bearer token is required when REPRISE_UI_TOKEN is set.

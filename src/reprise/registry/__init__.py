@@ -32,8 +32,8 @@ _LAZY: dict[str, str] = {
     "is_model_name": "reprise.registry._registry",
     **{name: "reprise.registry._api" for name in (
         "RegistrySource", "archive_model", "audit_log", "delete_model", "describe_model",
-        "get_model", "list_models", "load_model", "model_lineage", "promote", "register",
-        "register_model",
+        "get_model", "list_models", "load_model", "model_card", "model_lineage", "promote",
+        "register", "register_model",
         "register_package", "rollback", "verify_audit")},
 }
 
@@ -57,6 +57,7 @@ __all__ = [
     "is_model_name",
     "list_models",
     "load_model",
+    "model_card",
     "model_lineage",
     "package_model",
     "promote",
@@ -77,6 +78,7 @@ if TYPE_CHECKING:
         get_model,
         list_models,
         load_model,
+        model_card,
         model_lineage,
         promote,
         register,

@@ -16,8 +16,8 @@ from reprise.registry._audit import AuditReport, verify_events
 from reprise.registry._package import MATERIALIZER, ModelPackage, read_package
 
 __all__ = ["RegistrySource", "archive_model", "audit_log", "delete_model", "describe_model",
-           "get_model", "list_models", "load_model", "model_lineage", "promote", "register",
-           "register_model",
+           "get_model", "list_models", "load_model", "model_card", "model_lineage", "promote",
+           "register", "register_model",
            "register_package", "rollback", "verify_audit"]
 
 
@@ -108,23 +108,47 @@ def load_model(ref: str, *, workspace: Any = None) -> ModelPackage:
     return _load(ws, reg.parse_ref(ws, ref))
 
 
-def _load(ws: Any, rec: ModelVersionRecord) -> ModelPackage:
+def _load(ws: Any, rec: ModelVersionRecord, folder: Path | None = None) -> ModelPackage:
     from reprise.store._materializers import materializer_by_name
 
     art = ws.metadata.get_artifact(rec.package_hash)
-    folder = Path(tempfile.mkdtemp(prefix="reprise-model-"))
+    folder = folder or Path(tempfile.mkdtemp(prefix="reprise-model-"))
     materializer_by_name(art.materializer).load(ws.artifacts, art.hash, art.meta,
                                                 dest=folder)
     return read_package(folder / "package")
 
 
+def model_card(ref: str, *, workspace: Any = None) -> dict[str, Any]:
+    """The model card and the evaluation (None when packaged without one) of the version
+    ``ref`` names, read from its verified package (nothing is left on disk).
+
+    Example:
+        >>> model_card("churn@production")["card"]["gates"]["passed"]  # doctest: +SKIP
+        True
+    """
+    ws = _ws(workspace)
+    rec = reg.parse_ref(ws, ref)
+    with tempfile.TemporaryDirectory(prefix="reprise-model-") as tmp:
+        pkg = _load(ws, rec, Path(tmp))
+    return {"ref": rec.ref, "package": rec.package_hash, "card": pkg.card,
+            "evaluation": pkg.evaluation}
+
+
 def promote(name: str, version: int, alias: str, *, force: bool = False,
-            reason: str | None = None, workspace: Any = None) -> int | None:
-    return reg.promote(_ws(workspace), name, version, alias, force=force, reason=reason)
+            reason: str | None = None, by: str | None = None,
+            workspace: Any = None) -> int | None:
+    """Point ``alias`` at ``name:version`` (its gates must have passed, unless ``force``
+    with a ``reason``); the version it held before. The audit event records ``reason``
+    and ``by`` (default: ``REPRISE_ACTOR``, else user@host)."""
+    return reg.promote(_ws(workspace), name, version, alias, force=force, reason=reason,
+                       by=by)
 
 
-def rollback(name: str, alias: str, *, workspace: Any = None) -> tuple[int, int]:
-    return reg.rollback(_ws(workspace), name, alias)
+def rollback(name: str, alias: str, *, reason: str | None = None, by: str | None = None,
+             workspace: Any = None) -> tuple[int, int]:
+    """Return ``alias`` to the version it held before; ``(from, to)``. The audit event
+    records ``reason`` and ``by`` (default: ``REPRISE_ACTOR``, else user@host)."""
+    return reg.rollback(_ws(workspace), name, alias, reason=reason, by=by)
 
 
 def archive_model(name: str, version: int, *, workspace: Any = None) -> None:

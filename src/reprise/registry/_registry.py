@@ -159,8 +159,10 @@ def _trigger(tags: dict[str, str]) -> dict[str, Any]:
 
 
 def promote(ws: Any, name: str, version: int, alias: str, *, force: bool = False,
-            reason: str | None = None) -> int | None:
-    """Point ``alias`` at ``name:version``; the version it held before (or None)."""
+            reason: str | None = None, by: str | None = None) -> int | None:
+    """Point ``alias`` at ``name:version``; the version it held before (or None).
+    ``reason`` (needed with ``force``) is recorded in the audit event, and ``by`` is its
+    actor (default :func:`actor`)."""
     _check_name("alias", alias)
     rec = get_version(ws, name, version)
     if rec.status != "ready":
@@ -176,19 +178,26 @@ def promote(ws: Any, name: str, version: int, alias: str, *, force: bool = False
                         f"--force --reason \"...\"")
     payload = {"alias": alias, "version": version, "gates_passed": passed}
     if force:
-        payload.update(force=True, reason=reason)
+        payload["force"] = True
+    if reason and reason.strip():
+        payload["reason"] = reason
     return ws.metadata.set_alias(  # type: ignore[no-any-return]
-        name, alias, version, (actor(), "promote", f"{name}@{alias}", payload),
+        name, alias, version, (by or actor(), "promote", f"{name}@{alias}", payload),
         package_hash=rec.package_hash)
 
 
-def rollback(ws: Any, name: str, alias: str) -> tuple[int, int]:
-    """Return ``alias`` to the version it held before; ``(from, to)``."""
+def rollback(ws: Any, name: str, alias: str, *, reason: str | None = None,
+             by: str | None = None) -> tuple[int, int]:
+    """Return ``alias`` to the version it held before; ``(from, to)``. ``reason`` is
+    recorded in the audit event, ``by`` is its actor (default :func:`actor`)."""
     _versions(ws, name)
     if alias not in ws.metadata.get_aliases(name):
         raise NotFoundError(f"model {name!r} has no alias {alias!r}")
-    done = ws.metadata.rollback_alias(name, alias, (actor(), "rollback", f"{name}@{alias}",
-                                                    {"alias": alias}))
+    payload: dict[str, Any] = {"alias": alias}
+    if reason and reason.strip():
+        payload["reason"] = reason
+    done = ws.metadata.rollback_alias(name, alias, (by or actor(), "rollback",
+                                                    f"{name}@{alias}", payload))
     if done is None:
         raise UserError(f"{name}@{alias} has no earlier version to roll back to (it was "
                         "promoted once); promote another version instead")

@@ -399,18 +399,20 @@ def promote_rollout(name: str, alias: str | None = None, *, reason: str | None =
 
 
 def abort_rollout(name: str, reason: str | None = None, alias: str | None = None, *,
-                  now: float | None = None, workspace: Any = None) -> RolloutRecord:
+                  now: float | None = None, by: str | None = None,
+                  workspace: Any = None) -> RolloutRecord:
     """Stop the rollout: the candidate's weight goes to 0 and the alias stays where it
-    was; the rollout ends ``aborted``."""
-    return _finish(name, alias, "abort", reason or "aborted by hand", now, workspace)
+    was; the rollout ends ``aborted``. ``by``: the audit event's actor (default
+    ``REPRISE_ACTOR``, else user@host)."""
+    return _finish(name, alias, "abort", reason or "aborted by hand", now, workspace, by)
 
 
 def _finish(name: str, alias: str | None, action: str, reason: str, now: float | None,
-            workspace: Any) -> RolloutRecord:
+            workspace: Any, by: str | None = None) -> RolloutRecord:
     store = _ws(workspace).metadata
     for _ in range(20):  # a decider may apply a decision in between: read again, retry
         rec = _pick(store, name, alias, running=True)
-        d = _end(store, rec, action, _actor(None), time.time() if now is None else now, reason)
+        d = _end(store, rec, action, _actor(by), time.time() if now is None else now, reason)
         if d.applied:
             return store.get_rollout(rec.id)  # type: ignore[no-any-return]
     raise UserError(f"the rollout of {name!r} kept changing under this {action}; try again")

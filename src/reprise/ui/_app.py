@@ -24,8 +24,10 @@ __all__ = ["API_MODULES", "TOKEN_ENV", "create_app"]
 TOKEN_ENV = "REPRISE_UI_TOKEN"
 # the API's parts, in the order their routes are matched (reprise.ui._api_NAME.router)
 API_MODULES = ("_api_runs", "_api_runs_extra", "_api_compare", "_api_artifacts", "_api_run_more",
-               "_api_lineage", "_api_datasets", "_api_studies", "_api_rollouts",
+               "_api_lineage", "_api_datasets", "_api_studies", "_api_models", "_api_rollouts",
                "_api_monitoring", "_api_tradeoffs")
+# what --allow-actions allows (POST /api/models/NAME/promote, /rollback, /rollouts/abort)
+ACTIONS = ("promote", "rollback", "abort_rollout")
 
 
 def create_app(workspace: Workspace, token: str | None = None,
@@ -77,7 +79,8 @@ def create_app(workspace: Workspace, token: str | None = None,
     @app.get("/api/health", summary="Liveness and the server's mode")
     def health() -> dict[str, Any]:
         return {"status": "ok", "workspace": str(workspace.root),
-                "read_only": not allow_actions, "actions": []}
+                "read_only": not allow_actions,
+                "actions": list(ACTIONS) if allow_actions else []}
 
     for module in API_MODULES:
         app.include_router(import_module(f"reprise.ui.{module}").router(ctx))
