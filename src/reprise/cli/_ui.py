@@ -1,4 +1,4 @@
-"""``reprise ui``: the dashboard of the current workspace (its JSON API, for now)."""
+"""``reprise ui``: the dashboard of the current workspace (its pages and its JSON API)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,11 @@ def ui(
         "alias, roll an alias back, abort a running rollout (each audited with the reason "
         "given, actor ui:USER@HOST). Default: read-only.")] = False,
 ) -> None:
-    """Serve the dashboard of this workspace: a JSON API under /api (its OpenAPI
-    schema at /openapi.json). A bearer token is required when REPRISE_UI_TOKEN is set.
-    Read-only unless --allow-actions."""
+    """Serve the dashboard of this workspace: runs, compare, run, lineage, datasets,
+    studies, models and audit log, rollouts, monitoring and trade-offs, in the browser,
+    from the JSON API under /api (its OpenAPI schema at /openapi.json). Nothing is
+    fetched from the internet. A bearer token is required when REPRISE_UI_TOKEN is set
+    (the pages ask for it once per tab). Read-only unless --allow-actions."""
     from reprise.cli._fast import workspace
     from reprise.core.errors import UserError
     from reprise.ui import run_ui
