@@ -19,6 +19,7 @@ from reprise.core._types import (
     RunStatus,
 )
 from reprise.store._journal import JournalBatch
+from reprise.store._run_search import MetricSeries, RunPage, RunSearch
 
 __all__ = ["BaseMetadataStore", "MetadataReader", "RunFilter"]
 
@@ -140,6 +141,20 @@ class BaseMetadataStore(abc.ABC):
     @abc.abstractmethod
     def latest_metrics(self, run_ids: Sequence[str]) -> dict[str, dict[str, MetricPoint]]:
         """For each run, each key's point with the highest step."""
+
+    def search_runs(self, search: RunSearch) -> RunPage | None:
+        """A page of the runs matching ``search`` (filter, sort, count and page done by
+        the store; see :mod:`reprise.store._run_search`), or None where this store cannot
+        do it: the caller then filters :meth:`list_runs` itself."""
+        return None
+
+    def metric_series(self, run_id: str, key: str, *, x: str = "step",
+                      start: float | None = None, end: float | None = None,
+                      max_points: int = 2000) -> MetricSeries | None:
+        """One metric's finite points along x (``step`` or ``time``) in [start, end],
+        at most ``max_points``, each bucket's extremes kept (done by the store), or None
+        where this store cannot: the caller then reduces :meth:`get_metrics` itself."""
+        return None
 
     # -- environments and artifacts --------------------------------------------------
     @abc.abstractmethod
