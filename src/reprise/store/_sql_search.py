@@ -269,18 +269,21 @@ class SqlSearchMixin:
         """The ids of the points to keep: first, last, each bucket's lowest and highest."""
         m = s.metrics
         width = (x1 - x0) or 1.0
-        params = {"x0": x0, "w": width, "nb": buckets}
+        params = {"x0": x0, "x1": x1, "w": width, "nb": buckets}
         ends = [sa.select(m.c.id).where(*base, keep)
                 .order_by(*(c.desc() if last else c for c in (xcol, m.c.step, m.c.id)))
                 .limit(1).scalar_subquery() for last in (False, True)]
         if x == "step":  # an index range per bucket, no sort of the whole series
             bk = sa.select(sa.literal(0).label("b")).cte("bk", recursive=True)
             bk = bk.union_all(sa.select((bk.c.b + 1).label("b")).where(bk.c.b < buckets - 1))
-            lo = sa.bindparam("x0", type_=sa.Float) + bk.c.b * sa.bindparam(
-                "w", type_=sa.Float) / sa.bindparam("nb", type_=sa.Integer)
-            hi = sa.bindparam("x0", type_=sa.Float) + (bk.c.b + 1) * sa.bindparam(
-                "w", type_=sa.Float) / sa.bindparam("nb", type_=sa.Integer)
-            inside = sa.and_(xcol >= lo, sa.or_(xcol < hi, bk.c.b == buckets - 1))
+            x0p, wp = sa.bindparam("x0", type_=sa.Float), sa.bindparam("w", type_=sa.Float)
+            nbp = sa.bindparam("nb", type_=sa.Integer)
+            lo: Any = x0p + bk.c.b * wp / nbp
+            hi: Any = sa.case((bk.c.b == buckets - 1, sa.bindparam("x1", type_=sa.Float) + 1),
+                              else_=x0p + (bk.c.b + 1) * wp / nbp)
+            if self.dialect == "postgresql":  # bigint bounds, or the index is not used
+                lo, hi = (sa.cast(sa.func.ceil(v), sa.BigInteger) for v in (lo, hi))
+            inside = sa.and_(xcol >= lo, xcol < hi)
             picks = [sa.select(m.c.id).where(*base, keep, inside)
                      .order_by(m.c.value.desc() if high else m.c.value, xcol, m.c.step, m.c.id)
                      .limit(1).correlate(bk).scalar_subquery().label("pick")
