@@ -110,6 +110,7 @@ def load_reprise(root: Path, spec: list[dict[str, Any]], per_key: int, big: int)
                     "INSERT INTO metrics (run_id, key, step, value, timestamp) "
                     "VALUES (?, ?, ?, ?, ?)",
                     ((rid, key, st, v, ts) for st, v, ts in points(r, key, n)))
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # as a workspace in use would be
     conn.close()
     return ws, ids
 
@@ -309,7 +310,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--points", type=int, default=10_000_000, help="metric points in all")
     ap.add_argument("--big", type=int, default=BIG_POINTS, help="points of the big series")
     ap.add_argument("--repeats", type=int, default=25, help="requests per case (>= 20)")
-    ap.add_argument("--before-repeats", type=int, default=5)
+    ap.add_argument("--before-repeats", type=int, default=3)
+    ap.add_argument("--mlflow-points", type=int, default=None,
+                    help="metric points in MLflow's store (default: --points)")
     ap.add_argument("--no-mlflow", action="store_true")
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
     args = ap.parse_args(argv)
@@ -320,6 +323,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     os.environ.pop("REPRISE_STORE_URL", None)
     work = WORK / "ui"
     spec = runs_spec(args.runs)
+    load_before = os.getloadavg()[0]  # the machines are shared: say how busy this one was
     per_key = sizes(args.runs, args.points, args.big)
     total = per_key * 2 * (args.runs - 1) + per_key + args.big
     t0 = time.perf_counter()
@@ -329,9 +333,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ws.close()
     ml: dict[str, Any] = {}
     load_mlflow_s = None
+    ml_points = args.points if args.mlflow_points is None else args.mlflow_points
+    ml_per_key = sizes(args.runs, ml_points, args.big)
     if not args.no_mlflow:
         t0 = time.perf_counter()
-        client, exp, ml_ids = load_mlflow(work / "mlflow", spec, per_key, args.big)
+        client, exp, ml_ids = load_mlflow(work / "mlflow", spec, ml_per_key, args.big)
         load_mlflow_s = time.perf_counter() - t0
         ml = bench_mlflow(client, exp, ml_ids[0], args.repeats, max(2, args.before_repeats // 2),
                           args.runs, args.big)
@@ -367,7 +373,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "figures": figures, "ratios": ratios, "reprise": rep, "mlflow": ml,
         "sizes": {"runs": args.runs, "metric_points": total, "points_per_key_per_run": per_key,
                   "big_series_points": args.big, "requests_per_case": args.repeats,
-                  "before_requests": args.before_repeats, "mlflow_scaled_down": False},
+                  "before_requests": args.before_repeats,
+                  "mlflow_metric_points": ml_per_key * 2 * (args.runs - 1) + ml_per_key
+                  + args.big, "mlflow_scaled_down": ml_per_key != per_key},
+        "load_average_1m": {"before": load_before, "after": os.getloadavg()[0]},
         "load_seconds": {"reprise_bulk_sql": load_reprise_s, "mlflow_bulk_sql": load_mlflow_s},
         "method": "both stores SQLite, filled by bulk SQL inserts (not the logging APIs); "
                   "Reprise through its HTTP API in process (httpx ASGI), MLflow through "

@@ -52,22 +52,29 @@ def _number(v: Any) -> bool:
 class _Compiler:
     """SQL expressions over ``runs`` for one search; the lookups of a key are shared."""
 
-    def __init__(self, dialect: str) -> None:
+    def __init__(self, dialect: str, source: Any = None,
+                 looked_up: dict[tuple[str, str], Any] | None = None) -> None:
+        """Over ``runs`` itself (params, tags and final metrics as correlated subqueries,
+        collected in ``subs``), or over ``source``, a select of the runs' columns and of
+        those subqueries' values, named in ``looked_up``."""
         self.dialect = dialect
-        self.r = s.runs
-        self._subs: dict[tuple[str, str], Any] = {}
+        self.r = s.runs if source is None else source
+        self.subs: dict[tuple[str, str], Any] = {}
+        self.looked_up = looked_up
 
     # -- a run's value of a field ------------------------------------------------------
     def _lookup(self, table: sa.Table, key: str) -> Any:
-        cached = self._subs.get((table.name, key))
+        if self.looked_up is not None:
+            return self.looked_up[(table.name, key)]
+        cached = self.subs.get((table.name, key))
         if cached is not None:
             return cached
-        t = table.alias(f"{table.name[0]}{len(self._subs)}")
+        t = table.alias(f"{table.name[0]}{len(self.subs)}")
         q = sa.select(t.c.value).where(t.c.run_id == self.r.c.id, t.c.key == key)
         if table is s.metrics:  # the final point: highest step, then the last written
             q = q.order_by(t.c.step.desc(), t.c.id.desc()).limit(1)
         sub = q.correlate(self.r).scalar_subquery()
-        self._subs[(table.name, key)] = sub
+        self.subs[(table.name, key)] = sub
         return sub
 
     def text(self, expr: Any) -> Any:
@@ -191,8 +198,22 @@ class SqlSearchMixin:
         objects, which Python orders by their text), for the caller to do it."""
         from reprise.store._rows import run_record
 
-        cc = _Compiler(self.dialect)
+        # Each param, tag and final metric the search reads is looked up once per run, in
+        # a derived table that the outer query filters, counts, sorts and pages (OFFSET 0
+        # keeps both databases from inlining it, which repeats every lookup per use).
+        probe = _Compiler(self.dialect)
+        if search.where is not None:
+            probe.condition(search.where)
+        probe.sort_key(search.sort)
         r = s.runs
+        names = {k: f"v{i}" for i, k in enumerate(probe.subs)}
+        inner = sa.select(r.c.id, r.c.parent_id, r.c.kind, r.c.name, r.c.status,
+                          r.c.started_at, r.c.ended_at,
+                          *(sub.label(names[k]) for k, sub in probe.subs.items()))
+        if search.top_level:
+            inner = inner.where(r.c.parent_id.is_(None))
+        rs = inner.offset(0).subquery("rs")
+        cc = _Compiler(self.dialect, rs, {k: rs.c[v] for k, v in names.items()})
         head, _, key = search.sort.partition(".")
         with self.engine.connect() as conn:
             if head == "params" and conn.execute(
@@ -202,20 +223,18 @@ class SqlSearchMixin:
             ).first() is not None:
                 return None
             where = [] if search.where is None else [cc.condition(search.where)]
-            if search.top_level:
-                where.append(r.c.parent_id.is_(None))
             cls, number, string = cc.sort_key(search.sort)
             order: list[Any] = [cls.asc()]
             for v in (number, string):
                 if v is not None:
                     order.append(v.desc() if search.descending else v.asc())
-            q = (sa.select(r.c.id, sa.func.count().over().label("total")).where(*where)
-                 .order_by(*order, r.c.id.desc()).limit(search.limit).offset(search.offset))
+            q = (sa.select(rs.c.id, sa.func.count().over().label("total")).where(*where)
+                 .order_by(*order, rs.c.id.desc()).limit(search.limit).offset(search.offset))
             rows = conn.execute(q).all()
             if rows:
                 total = int(rows[0][1])
             else:
-                total = int(conn.execute(sa.select(sa.func.count()).select_from(r)
+                total = int(conn.execute(sa.select(sa.func.count()).select_from(rs)
                                          .where(*where)).scalar() or 0)
             ids = [row[0] for row in rows]
             by_id: dict[str, RunRecord] = {}
@@ -238,26 +257,26 @@ class SqlSearchMixin:
         m = s.metrics
         xcol = m.c.step if x == "step" else m.c.timestamp
         base = [m.c.run_id == run_id, m.c.key == key]
-        in_range = sa.and_(sa.true(), *([xcol >= start] if start is not None else []),
-                           *([xcol <= end] if end is not None else []))
-        finite = sa.and_(m.c.value > -_INF, m.c.value < _INF)
-        keep = sa.and_(in_range, finite)
-        one = sa.literal(1)
+        ranged = [*([xcol >= start] if start is not None else []),
+                  *([xcol <= end] if end is not None else [])]
+        finite = sa.func.abs(m.c.value) < _INF  # NULL (NaN) and infinities are not drawn
+        order = (xcol, m.c.step, m.c.id)
         with self.engine.connect() as conn:
-            total, inside, n, x0, x1 = conn.execute(sa.select(
-                sa.func.count(),
-                sa.func.coalesce(sa.func.sum(sa.case((in_range, one), else_=0)), 0),
-                sa.func.coalesce(sa.func.sum(sa.case((keep, one), else_=0)), 0),
-                sa.func.min(sa.case((keep, xcol))), sa.func.max(sa.case((keep, xcol))),
-            ).where(*base)).one()
-            total, inside, n = int(total), int(inside), int(n)
-            order = (xcol, m.c.step, m.c.id)
+            # the count of all points reads the index only; then one pass over the range
+            total = int(conn.execute(sa.select(sa.func.count()).where(*base)).scalar() or 0)
+            inside, n = conn.execute(sa.select(
+                sa.func.count(), sa.func.coalesce(sa.func.sum(sa.case((finite, 1), else_=0)), 0),
+            ).where(*base, *ranged)).one()
+            inside, n = int(inside), int(n)
             if n <= max_points:
-                rows = conn.execute(sa.select(xcol, m.c.value).where(*base, keep)
+                rows = conn.execute(sa.select(xcol, m.c.value).where(*base, *ranged, finite)
                                     .order_by(*order)).all()
             else:
-                ids = self._bucket_extremes(conn, base, keep, xcol, x, float(x0), float(x1),
-                                            (max_points - 2) // 2)
+                x0, x1 = (conn.execute(sa.select(xcol).where(*base, *ranged, finite).order_by(
+                    *(c.desc() if last else c for c in order)).limit(1)).scalar_one()
+                    for last in (False, True))
+                ids = self._bucket_extremes(conn, base, sa.and_(*ranged, finite), xcol, x,
+                                            float(x0), float(x1), (max_points - 2) // 2)
                 rows = conn.execute(sa.select(xcol, m.c.value).where(m.c.id.in_(ids))
                                     .order_by(*order)).all()
         return MetricSeries(total=total, in_range=inside, non_finite=inside - n,
