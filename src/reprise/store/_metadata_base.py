@@ -19,6 +19,7 @@ from reprise.core._types import (
     RunStatus,
 )
 from reprise.store._journal import JournalBatch
+from reprise.store._run_search import MetricSeries, RunPage, RunSearch
 
 __all__ = ["BaseMetadataStore", "MetadataReader", "RunFilter"]
 
@@ -149,6 +150,20 @@ class BaseMetadataStore(abc.ABC):
             n, lo, hi = out.get(p.key, (0, p.step, p.step))
             out[p.key] = (n + 1, min(lo, p.step), max(hi, p.step))
         return out
+
+    def search_runs(self, search: RunSearch) -> RunPage | None:
+        """A page of the runs matching ``search`` (filter, sort, count and page done by
+        the store; see :mod:`reprise.store._run_search`), or None where this store cannot
+        do it: the caller then filters :meth:`list_runs` itself."""
+        return None
+
+    def metric_series(self, run_id: str, key: str, *, x: str = "step",
+                      start: float | None = None, end: float | None = None,
+                      max_points: int = 2000) -> MetricSeries | None:
+        """One metric's finite points along x (``step`` or ``time``) in [start, end],
+        at most ``max_points``, each bucket's extremes kept (done by the store), or None
+        where this store cannot: the caller then reduces :meth:`get_metrics` itself."""
+        return None
 
     # -- environments and artifacts --------------------------------------------------
     @abc.abstractmethod

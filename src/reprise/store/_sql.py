@@ -47,6 +47,7 @@ from reprise.store._sql_monitor import SqlMonitorMixin
 from reprise.store._sql_registry import SqlRegistryMixin
 from reprise.store._sql_reqlog import SqlRequestLogMixin
 from reprise.store._sql_rollouts import SqlRolloutMixin
+from reprise.store._sql_search import SqlSearchMixin
 
 __all__ = ["SqlMetadataStore", "normalise_url", "upgrade_database"]
 
@@ -134,7 +135,7 @@ def _is_lock_error(exc: OperationalError) -> bool:
             or "could not serialize" in text)
 
 
-class SqlMetadataStore(SqlMonitorMixin, SqlRequestLogMixin, SqlRolloutMixin,
+class SqlMetadataStore(SqlSearchMixin, SqlMonitorMixin, SqlRequestLogMixin, SqlRolloutMixin,
                        SqlRegistryMixin, BaseMetadataStore):
     """:class:`BaseMetadataStore` on any SQLAlchemy database (tested: SQLite, PostgreSQL).
 

@@ -28,9 +28,10 @@ from typing import Any, Union
 
 from reprise.core._types import RunStatus
 from reprise.core.errors import UserError
+from reprise.store._run_search import AllOf, AnyOf, Compare, Negate, RunCondition
 
 __all__ = ["And", "Cmp", "Not", "Or", "QueryError", "matches", "parse_query", "pushdown",
-           "sort_runs"]
+           "sort_field", "sort_runs", "to_condition"]
 
 FIELDS = ("id", "name", "kind", "status", "parent_id", "started_at", "ended_at", "duration")
 PREFIXES = ("metrics", "params", "tags")
@@ -267,6 +268,27 @@ def pushdown(node: Node | None) -> dict[str, Any]:
     return out
 
 
+def to_condition(node: Node) -> RunCondition:
+    """The query as the store's search condition (same tree, same meaning: the store
+    evaluates it in SQL where :func:`matches` evaluates it in Python)."""
+    if isinstance(node, Cmp):
+        return Compare(node.field, node.op, node.value)
+    if isinstance(node, And):
+        return AllOf(tuple(to_condition(n) for n in node.items))
+    if isinstance(node, Or):
+        return AnyOf(tuple(to_condition(n) for n in node.items))
+    return Negate(to_condition(node.item))
+
+
+def sort_field(sort: str) -> tuple[str, bool]:
+    """``-metrics.f1`` -> ``("metrics.f1", True)`` (descending).
+
+    Raises:
+        QueryError: an unknown column.
+    """
+    return _field(sort.lstrip("-+").strip(), 1), sort.startswith("-")
+
+
 def sort_runs(runs: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
     """Runs sorted by a column (``-`` first: descending); runs without a value come last
     either way, numbers before strings.
@@ -274,8 +296,7 @@ def sort_runs(runs: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
     Raises:
         QueryError: an unknown column.
     """
-    desc = sort.startswith("-")
-    field = _field(sort.lstrip("-+").strip(), 1)
+    field, desc = sort_field(sort)
 
     def key(run: dict[str, Any]) -> tuple[int, Any]:
         v = column_value(run, field)
