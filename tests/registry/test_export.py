@@ -125,8 +125,14 @@ def test_bad_outputs_are_refused_and_nothing_is_half_written(
     assert [p.name for p in full.iterdir()] == ["keep.txt"]
     export_docker("churn@production", full, force=True, workspace=workspace)
     assert not (full / "keep.txt").exists() and (full / "Dockerfile").is_file()
-    with pytest.raises(UserError, match="parent folder"):
-        export_kubernetes("churn@production", tmp_path / "no" / "such", workspace=workspace)
+    export_kubernetes("churn@production", tmp_path / "new" / "k8s", workspace=workspace)
+    assert (tmp_path / "new" / "k8s" / "deployment.yaml").is_file()  # parents are made
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(UserError, match="cannot be created"):
+        export_kubernetes("churn@production", tmp_path / "afile" / "k8s", workspace=workspace)
+    with pytest.raises(UserError, match="not a folder"):
+        export_kubernetes("churn@production", tmp_path / "afile", force=True,
+                          workspace=workspace)
     with pytest.raises(NotFoundError, match="no alias 'staging'"):
         export_docker("churn@staging", tmp_path / "x", workspace=workspace)
     with pytest.raises(NotFoundError, match="no model 'ghost'"):
@@ -143,7 +149,8 @@ def test_bad_outputs_are_refused_and_nothing_is_half_written(
     with pytest.raises(OSError, match="disk full"):
         export_docker("churn@production", full, force=True, workspace=workspace)
     assert (full / "Dockerfile").is_file()  # the old export is still whole
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+    # no temporary folder left beside the outputs
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     assert not (tmp_path / "broken").exists()
 
 
@@ -220,3 +227,48 @@ def test_the_mlflow_model_loads_in_mlflow_and_predicts_as_reprise(
                                np.array(expected["probabilities"]), rtol=0, atol=0)
     with pytest.raises(UserError, match="not empty"):
         export_mlflow("churn:1", out, workspace=workspace)
+
+
+def test_a_long_odd_model_name_still_gives_valid_manifests(workspace: Any,
+                                                          tmp_path: Path) -> None:
+    import kubernetes_validate
+    from sklearn.linear_model import LogisticRegression
+
+    frame = _frame()[["a", "b"]]
+    name = "Churn_Model." + "x" * 80 + "v2_"  # 95 characters, ending in "_"
+    clf = LogisticRegression().fit(frame, (frame["a"] > 0).astype(int))
+    version = register_package(name, package_model(clf, sample=frame),
+                               workspace=workspace).version
+    promote(name, version, "prod", workspace=workspace, force=True, reason="test")
+    out = tmp_path / "k8s"
+    export_kubernetes(f"{name}@prod", out, workspace=workspace)
+    for f in ("deployment.yaml", "service.yaml", "hpa.yaml"):
+        doc = yaml.safe_load((out / f).read_text())
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+        assert len(doc["metadata"]["name"]) <= 63
+        assert all(len(v) <= 63 and v[-1].isalnum() for v in doc["metadata"]["labels"].values())
+
+
+@pytest.mark.filterwarnings("ignore:.*Add type hints to the `predict` method:UserWarning")
+def test_a_torch_package_through_mlflow_predicts_as_reprise(workspace: Any,
+                                                            tmp_path: Path) -> None:
+    import torch
+    from sklearn.preprocessing import StandardScaler
+
+    frame = _frame()[["a", "b"]]
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    pkg = package_model(net.eval(), sample=frame, target=(frame["a"] > 0).astype(int),
+                        preprocessing=StandardScaler().fit(frame.to_numpy()))
+    register_package("mlp", pkg, workspace=workspace)
+    out = tmp_path / "mlflow"
+    export_mlflow("mlp:1", out, workspace=workspace)
+    import mlflow.pyfunc
+
+    rows = frame.head(16)
+    expected = load_model("mlp:1", workspace=workspace).predict_records(
+        rows.to_dict(orient="records"))
+    got = mlflow.pyfunc.load_model(str(out)).predict(rows)
+    assert got["prediction"].tolist() == expected["prediction"]
+    np.testing.assert_allclose(np.array(got["probabilities"].tolist()),
+                               np.array(expected["probabilities"]), rtol=0, atol=0)

@@ -91,8 +91,11 @@ def _check_out(out: Path, force: bool) -> None:
         raise UserError(f"{out} exists and is not empty; choose another -o, or replace it "
                         "with --force")
     parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise UserError(f"cannot write {out}: its parent folder {parent} does not exist")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot write {out}: its folder {parent} cannot be created "
+                        f"({exc.strerror or exc})") from None
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UserError(f"cannot write {out}: the folder {parent} is not writable")
 
@@ -377,11 +380,12 @@ def kubernetes_manifests(name: str, version: int, alias: str, *, image: str,
                          target_cpu: int = 70, secret: str | None = None
                          ) -> dict[str, dict[str, Any]]:
     """``{file name: manifest}``: Deployment, Service, HorizontalPodAutoscaler (v2)."""
-    app = f"reprise-{name.lower().replace('_', '-').replace('.', '-')}"[:63].rstrip("-")
+    app = f"reprise-{name.lower().replace('_', '-').replace('.', '-')}"[:57].rstrip("-")
     secret = secret or f"{app}-token"
     labels = {"app.kubernetes.io/name": app, "app.kubernetes.io/component": "model-server",
               "app.kubernetes.io/managed-by": "reprise",
-              "reprise.dev/model": name, "reprise.dev/version": str(version)}
+              # a label value: 63 characters at most, alphanumeric at both ends
+              "reprise.dev/model": name[:63].rstrip("._-"), "reprise.dev/version": str(version)}
     selector = {"app.kubernetes.io/name": app}
     probe = {"periodSeconds": 10, "timeoutSeconds": 3, "failureThreshold": 3}
     container = {
