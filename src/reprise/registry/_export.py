@@ -280,6 +280,8 @@ RUN groupadd --system --gid {uid} reprise \\
  && mkdir -p /srv/reprise && chown {uid}:{uid} /srv/reprise
 
 # The lock: the package's requirements and reprise-ml[serve], pinned.{offline}
+# A second index for pins the first lacks (torch's +cpu builds): --build-arg PIP_EXTRA_INDEX_URL=
+ARG PIP_EXTRA_INDEX_URL=
 COPY requirements.txt /opt/reprise/requirements.txt
 COPY wheels/ /opt/reprise/wheels/
 RUN pip install {index}--find-links /opt/reprise/wheels -r /opt/reprise/requirements.txt
