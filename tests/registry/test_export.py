@@ -218,6 +218,9 @@ def test_the_mlflow_model_loads_in_mlflow_and_predicts_as_reprise(
     assert not [f for f in result.files if f.endswith((".pkl", ".pickle"))]  # no pickle
     mlmodel = yaml.safe_load((out / "MLmodel").read_text())
     assert mlmodel["metadata"]["reprise_model"] == "churn:1"
+    pyfunc = mlmodel["flavors"]["python_function"]  # a model from code: the wrapper's
+    assert pyfunc["loader_module"] == "mlflow.pyfunc.loaders.code_model"  # source, stored
+    assert (out / Path(pyfunc["model_code_path"]).name).is_file()  # beside MLmodel
     pkg = load_model("churn:1", workspace=workspace)
     rows = pd.DataFrame(pkg.example + frame.head(20).to_dict(orient="records"))
     expected = pkg.predict_records(rows.to_dict(orient="records"))
