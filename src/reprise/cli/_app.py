@@ -13,6 +13,7 @@ import typer
 
 from reprise.cli import _render as render
 from reprise.cli._data import data_app
+from reprise.cli._export import export_app
 from reprise.cli._fast import workspace as _ws
 from reprise.cli._models import audit_app, models_app
 from reprise.cli._models import predict as _predict
@@ -42,6 +43,7 @@ app.add_typer(models_app, name="models")
 app.add_typer(audit_app, name="audit")
 app.add_typer(rollout_app, name="rollout")
 app.add_typer(monitor_app, name="monitor")
+app.add_typer(export_app, name="export")
 app.command("predict")(_predict)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]

@@ -42,6 +42,7 @@ Commands:
   audit    The hash-chained audit log: registry changes, rollout decisions.
   rollout  Deployments: canary, shadow and blue-green rollouts with...
   monitor  Monitoring: drift statistics, the request log, feedback.
+  export   Export a registered model: a Docker build context, Kubernetes...
 """
 
 

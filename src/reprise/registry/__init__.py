@@ -30,6 +30,8 @@ _LAZY: dict[str, str] = {
     "package_model": "reprise.registry._build",
     "AuditReport": "reprise.registry._audit",
     "is_model_name": "reprise.registry._registry",
+    **{name: "reprise.registry._export" for name in (
+        "export_docker", "export_kubernetes", "export_mlflow")},
     **{name: "reprise.registry._api" for name in (
         "RegistrySource", "archive_model", "audit_log", "delete_model", "describe_model",
         "get_model", "list_models", "load_model", "model_card", "model_lineage", "promote",
@@ -52,6 +54,9 @@ __all__ = [
     "audit_log",
     "delete_model",
     "describe_model",
+    "export_docker",
+    "export_kubernetes",
+    "export_mlflow",
     "get_model",
     "infer_signature",
     "is_model_name",
@@ -89,6 +94,7 @@ if TYPE_CHECKING:
     )
     from reprise.registry._audit import AuditReport
     from reprise.registry._build import package_model
+    from reprise.registry._export import export_docker, export_kubernetes, export_mlflow
     from reprise.registry._package import ModelPackage, PackageError, read_package
     from reprise.registry._registry import is_model_name
 
