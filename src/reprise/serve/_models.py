@@ -44,6 +44,7 @@ class ServedModel:
     metrics: Metrics
     refs: set[str] = field(default_factory=set)
     loaded_at: float = field(default_factory=time.time)
+    last_used: float = field(default_factory=time.monotonic)  # the last request or warm-up
 
     @property
     def name(self) -> str:

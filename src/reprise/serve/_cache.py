@@ -1,0 +1,249 @@
+"""The response cache (opt-in, ``--cache-mb``): answers of recent rows, per model version.
+
+Written by hand: the key is Reprise's own idea (the row *after* the signature's checks
+and coercion, so ``{"a": 1, "b": 2}`` and ``{"b": 2.0, "a": 1}`` for float columns are one
+row) and the cache must be per row (a batch request is served partly from it), bounded
+in bytes, and dropped when the versions a name answers with change.
+
+* Key: ``(name, version, blake2b of the row's canonical encoding)``. The version is the
+  one that answered, so versions never share answers (a rollout's candidate answers come
+  from the candidate) and an immutable version's answers stay true while it is served.
+* Bound: the bytes of each entry (its outputs, measured with ``sys.getsizeof`` through
+  lists and tuples, plus the key and the bookkeeping of one entry) are counted; storing
+  beyond ``max_bytes`` evicts the least recently used entries first. An entry larger than
+  the whole bound is not stored.
+* Invalidation (``invalidate``): the server drops a name's entries when its alias moves
+  (hot swap), when a rollout of it starts, changes weight or phase, or ends, and a
+  version's entries when it is released.
+* Thread-safe: one lock around the table; hashing runs outside it.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from hashlib import blake2b
+from typing import Any
+
+__all__ = ["ResponseCache", "row_keys"]
+
+# What one entry costs beyond its outputs: the OrderedDict's node and hash slot, the key
+# tuple (name and version are shared strings/ints), the 16-byte digest, the entry tuple.
+# Measured with tracemalloc in tests/serve/test_cache.py (test_bound_is_real_memory).
+_ENTRY_OVERHEAD = 360
+_Key = tuple[str, int, bytes]
+_Entry = tuple[tuple[Any, ...], int]  # (one row of each output column, its bytes)
+
+
+def _encode(value: Any, out: list[bytes]) -> None:
+    """A canonical, type-tagged encoding: equal checked values encode alike, and values
+    of different types (``1`` and ``True``, ``1`` and ``"1"``) never do."""
+    t = type(value)
+    if t is float:
+        out.append(b"f" + struct.pack("<d", value))
+    elif t is str:
+        data = value.encode("utf-8", "surrogatepass")
+        out.append(b"s%d:" % len(data) + data)
+    elif t is int:
+        out.append(b"i%d;" % value)
+    elif t is bool:
+        out.append(b"T" if value else b"F")
+    elif value is None:
+        out.append(b"N")
+    elif t is list or t is tuple:
+        out.append(b"[%d:" % len(value))
+        for item in value:
+            _encode(item, out)
+    elif hasattr(value, "dtype") and hasattr(value, "tobytes"):  # numpy array or scalar
+        shape = getattr(value, "shape", ())
+        out.append(b"a" + value.dtype.str.encode() + repr(shape).encode() + b":"
+                   + value.tobytes())
+    else:  # dates and the like: their type and repr
+        text = f"{t.__module__}.{t.__qualname__}:{value!r}".encode("utf-8", "surrogatepass")
+        out.append(b"r%d:" % len(text) + text)
+
+
+# a scalar field's dtype -> (the numpy dtype the model gets it as, the Python type alike)
+_NATIVE: dict[str, tuple[str, type]] = {"float": ("<f8", float), "int": ("<i8", int),
+                                        "bool": ("|b1", bool)}
+
+
+def _canonical(native: tuple[str, type] | None, value: Any) -> Any:
+    """``value`` as the model will get it (``Signature.to_arrays``): a number of a float
+    field as a float (``1`` and ``1.0`` are one value), of an int field as an int, and a
+    numpy scalar of the model's own dtype (the OIP's tensors) as the Python value. Left
+    alone when unsure: two keys for one value only miss, one key for two would lie."""
+    if native is None or value is None:
+        return value
+    t = type(value)
+    if t is float or t is int or t is bool:
+        return native[1](value)
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and dtype.str == native[0] and getattr(value, "shape", None) == ():
+        return value.item()
+    return value
+
+
+def row_keys(columns: dict[str, Any], rows: int, signature: Any = None) -> list[bytes]:
+    """The digest of each row of checked ``columns`` (column order does not matter), its
+    values canonical for ``signature``'s scalar fields as the model will get them."""
+    dtypes: dict[str, str] = {} if signature is None else \
+        {f.name: f.dtype for f in signature.inputs if not f.shape}
+    names = sorted(columns)
+    heads = [b"c%d:" % len(n.encode("utf-8", "surrogatepass"))
+             + n.encode("utf-8", "surrogatepass") for n in names]
+    cols = [(columns[n], _NATIVE.get(dtypes.get(n, ""))) for n in names]
+    keys = []
+    for i in range(rows):
+        parts: list[bytes] = []
+        for head, (col, native) in zip(heads, cols, strict=True):
+            parts.append(head)
+            _encode(_canonical(native, col[i]), parts)
+        keys.append(blake2b(b"".join(parts), digest_size=16).digest())
+    return keys
+
+
+def _sizeof(value: Any) -> int:
+    size = sys.getsizeof(value)
+    if type(value) is list or type(value) is tuple:
+        size += sum(_sizeof(v) for v in value)
+    elif type(value) is dict:
+        size += sum(_sizeof(k) + _sizeof(v) for k, v in value.items())
+    return size
+
+
+class ResponseCache:
+    """A bounded, thread-safe LRU of output rows keyed by model version and input row."""
+
+    def __init__(self, max_bytes: int, registry: Any = None) -> None:
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be 1 or more; got {max_bytes}")
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._table: OrderedDict[_Key, _Entry] = OrderedDict()
+        self._bytes = 0
+        # (name, version) -> (output names, kinds, row shapes) of its last answer
+        self._meta: dict[tuple[str, int], tuple[tuple[str, ...], dict[str, str],
+                                                dict[str, tuple[int, ...]]]] = {}
+        self._children: dict[tuple[str, str, str], Any] = {}
+        self._counters: dict[str, Any] = {}
+        if registry is not None:
+            self._register(registry)
+
+    def _register(self, registry: Any) -> None:
+        from prometheus_client import Counter, Gauge
+
+        mv = ["model", "version"]
+        self._counters = {
+            "hit": Counter("reprise_cache_hits", "Rows answered from the response cache.",
+                           mv, registry=registry),
+            "miss": Counter("reprise_cache_misses", "Rows looked up in the response cache "
+                            "and computed by the model.", mv, registry=registry),
+            "evict": Counter("reprise_cache_evictions", "Entries evicted to keep the "
+                             "response cache within its bound (least recently used first).",
+                             mv, registry=registry),
+            "drop": Counter("reprise_cache_invalidations", "Entries dropped because the "
+                            "versions a model answers with changed.", mv, registry=registry),
+        }
+        Gauge("reprise_cache_bytes", "Bytes the response cache holds (counted as its bound "
+              "counts them).", registry=registry).set_function(lambda: self._bytes)
+        Gauge("reprise_cache_max_bytes", "The response cache's bound.",
+              registry=registry).set_function(lambda: self.max_bytes)
+        Gauge("reprise_cache_entries", "Rows in the response cache.",
+              registry=registry).set_function(lambda: len(self._table))
+
+    def _count(self, what: str, name: str, version: int, n: int = 1) -> None:
+        counter = self._counters.get(what)
+        if counter is None or n == 0:
+            return
+        key = (what, name, str(version))
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = counter.labels(name, str(version))
+        child.inc(n)
+
+    @property
+    def size(self) -> int:
+        """The bytes held, as the bound counts them."""
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def get(self, name: str, version: int, keys: Sequence[bytes]
+            ) -> tuple[list[tuple[Any, ...] | None], tuple[tuple[str, ...], dict[str, str],
+                                                             dict[str, tuple[int, ...]]] | None]:
+        """Each key's output row (``None``: a miss; hits become most recently used) and the
+        version's output description (names, kinds, row shapes)."""
+        found: list[tuple[Any, ...] | None] = []
+        hits = 0
+        with self._lock:
+            table = self._table
+            for key in keys:
+                entry = table.get((name, version, key))
+                if entry is None:
+                    found.append(None)
+                else:
+                    table.move_to_end((name, version, key))
+                    found.append(entry[0])
+                    hits += 1
+            meta = self._meta.get((name, version))
+        if hits and meta is None:  # invalidated between: treat as misses
+            found, hits = [None] * len(keys), 0
+        self._count("hit", name, version, hits)
+        self._count("miss", name, version, len(keys) - hits)
+        return found, meta
+
+    def put(self, name: str, version: int, keys: Sequence[bytes],
+            outputs: dict[str, list[Any]], kinds: dict[str, str],
+            shapes: dict[str, tuple[int, ...]]) -> None:
+        """Store one answer's rows (``outputs[col][i]`` is the answer to ``keys[i]``)."""
+        names = tuple(outputs)
+        rows = [tuple(outputs[n][i] for n in names) for i in range(len(keys))]
+        sizes = [_ENTRY_OVERHEAD + _sizeof(row) for row in rows]
+        evicted: dict[tuple[str, int], int] = {}
+        with self._lock:
+            meta = self._meta.get((name, version))
+            if meta is None or meta[0] != names or meta[1] != kinds or meta[2] != shapes:
+                if meta is not None:  # answers of another shape (output dtype, say): the
+                    # rows stored are described by one meta per version, so drop them
+                    self._drop_locked(lambda k: k[0] == name and k[1] == version)
+                self._meta[(name, version)] = (names, dict(kinds), dict(shapes))
+            table = self._table
+            for key, row, size in zip(keys, rows, sizes, strict=True):
+                if size > self.max_bytes:
+                    continue
+                full = (name, version, key)
+                old = table.pop(full, None)
+                if old is not None:
+                    self._bytes -= old[1]
+                table[full] = (row, size)
+                self._bytes += size
+                while self._bytes > self.max_bytes:
+                    (ename, eversion, _), (_, esize) = table.popitem(last=False)
+                    self._bytes -= esize
+                    evicted[(ename, eversion)] = evicted.get((ename, eversion), 0) + 1
+        for (ename, eversion), n in evicted.items():
+            self._count("evict", ename, eversion, n)
+
+    def _drop_locked(self, match: Any) -> dict[tuple[str, int], int]:
+        dropped: dict[tuple[str, int], int] = {}
+        for full in [k for k in self._table if match(k)]:
+            self._bytes -= self._table.pop(full)[1]
+            dropped[(full[0], full[1])] = dropped.get((full[0], full[1]), 0) + 1
+        return dropped
+
+    def invalidate(self, name: str, version: int | None = None) -> int:
+        """Drop the entries of ``name`` (of one ``version``, or of all); return how many."""
+        with self._lock:
+            dropped = self._drop_locked(
+                lambda k: k[0] == name and (version is None or k[1] == version))
+            for key in [k for k in self._meta
+                        if k[0] == name and (version is None or k[1] == version)]:
+                del self._meta[key]
+        for (dname, dversion), n in dropped.items():
+            self._count("drop", dname, dversion, n)
+        return sum(dropped.values())
