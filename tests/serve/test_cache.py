@@ -416,3 +416,13 @@ def test_shadow_traffic_does_not_fill_the_cache_with_candidate_answers(ws: Any) 
     text = run(main())
     assert _metric(text, "reprise_cache_hits_total", model="churn", version="1") == 30
     assert _metric(text, "reprise_cache_misses_total", model="churn", version="2") == 0
+
+
+def test_the_cli_refuses_a_negative_bound(workspace: Any,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from reprise.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "churn@production", "--cache-mb", "-1"])
+    assert info.value.code == 2
+    assert "cache_mb" in capsys.readouterr().err

@@ -257,6 +257,8 @@ def _serve_parser() -> argparse.ArgumentParser:
     ap.add_argument("--otel", action="store_true")
     ap.add_argument("--monitor", default=None)
     ap.add_argument("--monitor-interval", type=float, default=60.0)
+    ap.add_argument("--cache-mb", type=float, default=0.0)
+    ap.add_argument("--warmup-idle", type=float, default=300.0)
     return ap
 
 

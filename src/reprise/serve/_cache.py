@@ -220,12 +220,12 @@ class ResponseCache:
                 old = table.pop(full, None)
                 if old is not None:
                     self._bytes -= old[1]
-                table[full] = (row, size)
-                self._bytes += size
-                while self._bytes > self.max_bytes:
+                while self._bytes + size > self.max_bytes:  # room first: never over
                     (ename, eversion, _), (_, esize) = table.popitem(last=False)
                     self._bytes -= esize
                     evicted[(ename, eversion)] = evicted.get((ename, eversion), 0) + 1
+                table[full] = (row, size)
+                self._bytes += size
         for (ename, eversion), n in evicted.items():
             self._count("evict", ename, eversion, n)
 
