@@ -24,10 +24,11 @@ import reprise
 from reprise.core.errors import ConfigError
 from reprise.registry import RegistrySource, promote, register_package
 from reprise.serve import Settings, abort_rollout, start_rollout
-from reprise.serve._cache import ResponseCache, row_keys
+from reprise.serve._cache import ResponseCache, input_dtypes, row_keys
 from tests.registry.test_registry import pkg
 from tests.serve.fakes import SIGNATURE, FakeSource, run, score, serving, wait_until
 
+DTYPES = input_dtypes(SIGNATURE)
 CACHED = Settings(poll_interval=0.01, cache_mb=1, warmup_idle=0)
 
 
@@ -131,7 +132,7 @@ def test_keys_are_canonical_for_the_signature() -> None:
     def key(row: dict[str, Any]) -> bytes:
         checked = SIGNATURE.check_records([row])
         assert checked.ok, checked.errors
-        return row_keys(checked.columns, 1, SIGNATURE)[0]
+        return row_keys(checked.columns, 1, DTYPES)[0]
 
     base = key({"x": 1.0, "y": 2, "plan": "basic"})
     # another key order, an int for the float field, a float for the int field
@@ -139,7 +140,7 @@ def test_keys_are_canonical_for_the_signature() -> None:
     assert key({"y": 2.0, "x": 1.0, "plan": "basic"}) == base
     # numpy scalars of the model's own dtypes (as the OIP's tensors give them)
     assert row_keys({"x": np.array([1.0]), "y": np.array([2]), "plan": ["basic"]}, 1,
-                    SIGNATURE)[0] == base
+                    DTYPES)[0] == base
     assert key({"x": 1.5, "y": 2, "plan": "basic"}) != base
     assert key({"x": 1.0, "y": 2, "plan": "gold"}) != base
     # without a signature, types tell values apart: 1, 1.0, True and "1" are four rows

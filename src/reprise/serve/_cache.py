@@ -24,11 +24,11 @@ import struct
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from hashlib import blake2b
 from typing import Any
 
-__all__ = ["ResponseCache", "row_keys"]
+__all__ = ["ResponseCache", "input_dtypes", "row_keys"]
 
 # What one entry costs beyond its outputs: the OrderedDict's node and hash slot, the key
 # tuple (name and version are shared strings/ints), the 16-byte digest, the entry tuple.
@@ -38,72 +38,80 @@ _Key = tuple[str, int, bytes]
 _Entry = tuple[tuple[Any, ...], int]  # (one row of each output column, its bytes)
 
 
-def _encode(value: Any, out: list[bytes]) -> None:
-    """A canonical, type-tagged encoding: equal checked values encode alike, and values
-    of different types (``1`` and ``True``, ``1`` and ``"1"``) never do."""
-    t = type(value)
-    if t is float:
-        out.append(b"f" + struct.pack("<d", value))
-    elif t is str:
-        data = value.encode("utf-8", "surrogatepass")
-        out.append(b"s%d:" % len(data) + data)
-    elif t is int:
-        out.append(b"i%d;" % value)
-    elif t is bool:
-        out.append(b"T" if value else b"F")
-    elif value is None:
-        out.append(b"N")
-    elif t is list or t is tuple:
-        out.append(b"[%d:" % len(value))
-        for item in value:
-            _encode(item, out)
-    elif hasattr(value, "dtype") and hasattr(value, "tobytes"):  # numpy array or scalar
-        shape = getattr(value, "shape", ())
-        out.append(b"a" + value.dtype.str.encode() + repr(shape).encode() + b":"
-                   + value.tobytes())
-    else:  # dates and the like: their type and repr
-        text = f"{t.__module__}.{t.__qualname__}:{value!r}".encode("utf-8", "surrogatepass")
-        out.append(b"r%d:" % len(text) + text)
-
-
 # a scalar field's dtype -> (the numpy dtype the model gets it as, the Python type alike)
 _NATIVE: dict[str, tuple[str, type]] = {"float": ("<f8", float), "int": ("<i8", int),
                                         "bool": ("|b1", bool)}
+_FLOAT = _NATIVE["float"]
+_PLAIN = frozenset((float, int, str, bool, type(None)))  # their repr is exact and tagged
 
 
-def _canonical(native: tuple[str, type] | None, value: Any) -> Any:
-    """``value`` as the model will get it (``Signature.to_arrays``): a number of a float
-    field as a float (``1`` and ``1.0`` are one value), of an int field as an int, and a
-    numpy scalar of the model's own dtype (the OIP's tensors) as the Python value. Left
-    alone when unsure: two keys for one value only miss, one key for two would lie."""
-    if native is None or value is None:
-        return value
+def _canonical(value: Any, native: tuple[str, type] | None) -> Any:
+    """``value`` as the model will get it (``Signature.to_arrays``), as something whose
+    ``repr`` is exact and says its type: a number of a float field as a float (``1`` and
+    ``1.0`` are one value), of an int field as an int; a numpy scalar of the model's own
+    dtype (the OIP's tensors) as the Python value; an array as (dtype, shape, bytes).
+    Left apart when unsure: two keys for one value only miss, one key for two would lie."""
     t = type(value)
-    if t is float or t is int or t is bool:
+    if native is not None and (t is float or t is int or t is bool):
         return native[1](value)
+    if t in _PLAIN:
+        return value
+    if t is list or t is tuple:
+        return (t.__name__, *(_canonical(v, None) for v in value))
     dtype = getattr(value, "dtype", None)
-    if dtype is not None and dtype.str == native[0] and getattr(value, "shape", None) == ():
-        return value.item()
-    return value
+    if dtype is not None and hasattr(value, "tobytes"):
+        shape = getattr(value, "shape", ())
+        if native is not None and shape == () and dtype.str == native[0]:
+            return value.item()
+        return ("ndarray", dtype.str, tuple(shape), value.tobytes())
+    return ("object", f"{t.__module__}.{t.__qualname__}", repr(value))
 
 
-def row_keys(columns: dict[str, Any], rows: int, signature: Any = None) -> list[bytes]:
+def input_dtypes(signature: Any) -> dict[str, str]:
+    """The dtype of each scalar input field of ``signature`` (for :func:`row_keys`)."""
+    return {f.name: f.dtype for f in signature.inputs if not f.shape}
+
+
+def row_keys(columns: dict[str, Any], rows: int,
+             dtypes: Mapping[str, str] | None = None) -> list[bytes]:
     """The digest of each row of checked ``columns`` (column order does not matter), its
-    values canonical for ``signature``'s scalar fields as the model will get them."""
-    dtypes: dict[str, str] = {} if signature is None else \
-        {f.name: f.dtype for f in signature.inputs if not f.shape}
+    values canonical for the fields' ``dtypes`` (:func:`input_dtypes`) as the model will
+    get them.
+
+    The digest's input: the column names, one tag per value, the floats packed (8 bytes
+    each; ``repr`` of 20 floats costs ten times more), then ``repr`` of the other values
+    (exact and typed for :func:`_canonical`'s results). The tags fix the layout, so two
+    different rows never give the same input."""
+    dtypes = dtypes or {}
     names = sorted(columns)
-    heads = [b"c%d:" % len(n.encode("utf-8", "surrogatepass"))
-             + n.encode("utf-8", "surrogatepass") for n in names]
+    head = repr(names).encode("utf-8", "surrogatepass")
     cols = [(columns[n], _NATIVE.get(dtypes.get(n, ""))) for n in names]
     keys = []
     for i in range(rows):
-        parts: list[bytes] = []
-        for head, (col, native) in zip(heads, cols, strict=True):
-            parts.append(head)
-            _encode(_canonical(native, col[i]), parts)
-        keys.append(blake2b(b"".join(parts), digest_size=16).digest())
+        tags: list[str] = []
+        floats: list[float] = []
+        others: list[Any] = []
+        for col, native in cols:
+            value = col[i]
+            if native is _FLOAT and (type(value) is float or type(value) is int):
+                tags.append("f")  # the common case, inline
+                floats.append(float(value))
+                continue
+            value = _canonical(value, native)
+            if type(value) is float:
+                tags.append("f")
+                floats.append(value)
+            else:
+                tags.append("o")
+                others.append(value)
+        data = b"".join((head, "".join(tags).encode(), _pack(len(floats), floats),
+                         repr(others).encode("utf-8", "surrogatepass") if others else b""))
+        keys.append(blake2b(data, digest_size=16).digest())
     return keys
+
+
+def _pack(n: int, floats: list[float]) -> bytes:
+    return struct.pack(f"<{n}d", *floats)
 
 
 def _sizeof(value: Any) -> int:

@@ -283,7 +283,7 @@ class HotPath:
                             kind="invalid", fields=[e.to_dict() for e in checked.errors])
         check_inputs(model, checked.columns)
         if self.state.cache is not None:  # here: a large request hashes off the loop
-            job.keys = row_keys(checked.columns, checked.rows, model.signature)
+            job.keys = row_keys(checked.columns, checked.rows, model.input_dtypes)
         return job
 
 
