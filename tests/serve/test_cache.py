@@ -143,6 +143,11 @@ def test_keys_are_canonical_for_the_signature() -> None:
                     DTYPES)[0] == base
     assert key({"x": 1.5, "y": 2, "plan": "basic"}) != base
     assert key({"x": 1.0, "y": 2, "plan": "gold"}) != base
+    # all-float rows take a fast path; a bool (1.0 to the model) the value-by-value one:
+    # both give one key for one row as the model sees it
+    floats = {"a": "float", "b": "float"}
+    assert row_keys({"a": [1.0], "b": [True]}, 1, floats) == \
+        row_keys({"b": [1], "a": [1.0]}, 1, floats)
     # without a signature, types tell values apart: 1, 1.0, True and "1" are four rows
     assert len({row_keys({"v": [v]}, 1)[0] for v in (1, 1.0, True, "1", None)}) == 5
     # a value never leaks into the next column's name

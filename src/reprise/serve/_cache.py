@@ -42,6 +42,7 @@ _Entry = tuple[tuple[Any, ...], int]  # (one row of each output column, its byte
 _NATIVE: dict[str, tuple[str, type]] = {"float": ("<f8", float), "int": ("<i8", int),
                                         "bool": ("|b1", bool)}
 _FLOAT = _NATIVE["float"]
+_NUMBERS = frozenset((float, int))  # struct packs an int as float() would convert it
 _PLAIN = frozenset((float, int, str, bool, type(None)))  # their repr is exact and tagged
 
 
@@ -87,31 +88,43 @@ def row_keys(columns: dict[str, Any], rows: int,
     head = repr(names).encode("utf-8", "surrogatepass")
     cols = [(columns[n], _NATIVE.get(dtypes.get(n, ""))) for n in names]
     keys = []
-    for i in range(rows):
-        tags: list[str] = []
-        floats: list[float] = []
-        others: list[Any] = []
-        for col, native in cols:
-            value = col[i]
-            if native is _FLOAT and (type(value) is float or type(value) is int):
-                tags.append("f")  # the common case, inline
-                floats.append(float(value))
-                continue
-            value = _canonical(value, native)
-            if type(value) is float:
-                tags.append("f")
-                floats.append(value)
+    if all(native is _FLOAT for _, native in cols):  # all float fields: pack at once
+        fmt, tags = f"<{len(cols)}d", ("f" * len(cols)).encode()
+        fast = [c for c, _ in cols]
+        for i in range(rows):
+            values = [c[i] for c in fast]
+            if {type(v) for v in values} <= _NUMBERS:
+                keys.append(blake2b(head + tags + struct.pack(fmt, *values),
+                                    digest_size=16).digest())
             else:
-                tags.append("o")
-                others.append(value)
-        data = b"".join((head, "".join(tags).encode(), _pack(len(floats), floats),
-                         repr(others).encode("utf-8", "surrogatepass") if others else b""))
-        keys.append(blake2b(data, digest_size=16).digest())
+                keys.append(_row_key(head, cols, i))
+        return keys
+    for i in range(rows):
+        keys.append(_row_key(head, cols, i))
     return keys
 
 
-def _pack(n: int, floats: list[float]) -> bytes:
-    return struct.pack(f"<{n}d", *floats)
+def _row_key(head: bytes, cols: list[tuple[Any, tuple[str, type] | None]], i: int) -> bytes:
+    """One row's digest, value by value (see :func:`row_keys`)."""
+    tags: list[str] = []
+    floats: list[float] = []
+    others: list[Any] = []
+    for col, native in cols:
+        value = col[i]
+        if native is _FLOAT and (type(value) is float or type(value) is int):
+            tags.append("f")  # the common case, inline
+            floats.append(float(value))
+            continue
+        value = _canonical(value, native)
+        if type(value) is float:
+            tags.append("f")
+            floats.append(value)
+        else:
+            tags.append("o")
+            others.append(value)
+    data = b"".join((head, "".join(tags).encode(), struct.pack(f"<{len(floats)}d", *floats),
+                     repr(others).encode("utf-8", "surrogatepass") if others else b""))
+    return blake2b(data, digest_size=16).digest()
 
 
 def _sizeof(value: Any) -> int:
