@@ -149,42 +149,17 @@ class ResponseCache:
         # (name, version) -> (output names, kinds, row shapes) of its last answer
         self._meta: dict[tuple[str, int], tuple[tuple[str, ...], dict[str, str],
                                                 dict[str, tuple[int, ...]]]] = {}
-        self._children: dict[tuple[str, str, str], Any] = {}
-        self._counters: dict[str, Any] = {}
+        # (what, name, version) -> count; plain ints under the lock, read at scrape time
+        # (a prometheus_client child's lock per increment costs more than the lookup)
+        self._counts: dict[tuple[str, str, int], int] = {}
         if registry is not None:
-            self._register(registry)
-
-    def _register(self, registry: Any) -> None:
-        from prometheus_client import Counter, Gauge
-
-        mv = ["model", "version"]
-        self._counters = {
-            "hit": Counter("reprise_cache_hits", "Rows answered from the response cache.",
-                           mv, registry=registry),
-            "miss": Counter("reprise_cache_misses", "Rows looked up in the response cache "
-                            "and computed by the model.", mv, registry=registry),
-            "evict": Counter("reprise_cache_evictions", "Entries evicted to keep the "
-                             "response cache within its bound (least recently used first).",
-                             mv, registry=registry),
-            "drop": Counter("reprise_cache_invalidations", "Entries dropped because the "
-                            "versions a model answers with changed.", mv, registry=registry),
-        }
-        Gauge("reprise_cache_bytes", "Bytes the response cache holds (counted as its bound "
-              "counts them).", registry=registry).set_function(lambda: self._bytes)
-        Gauge("reprise_cache_max_bytes", "The response cache's bound.",
-              registry=registry).set_function(lambda: self.max_bytes)
-        Gauge("reprise_cache_entries", "Rows in the response cache.",
-              registry=registry).set_function(lambda: len(self._table))
+            registry.register(_Collector(self))
 
     def _count(self, what: str, name: str, version: int, n: int = 1) -> None:
-        counter = self._counters.get(what)
-        if counter is None or n == 0:
-            return
-        key = (what, name, str(version))
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = counter.labels(name, str(version))
-        child.inc(n)
+        """Count ``n`` (call with the lock held)."""
+        if n:
+            key = (what, name, version)
+            self._counts[key] = self._counts.get(key, 0) + n
 
     @property
     def size(self) -> int:
@@ -212,10 +187,10 @@ class ResponseCache:
                     found.append(entry[0])
                     hits += 1
             meta = self._meta.get((name, version))
-        if hits and meta is None:  # invalidated between: treat as misses
-            found, hits = [None] * len(keys), 0
-        self._count("hit", name, version, hits)
-        self._count("miss", name, version, len(keys) - hits)
+            if hits and meta is None:  # cannot be (dropped together): treat as misses
+                found, hits = [None] * len(keys), 0
+            self._count("hit", name, version, hits)
+            self._count("miss", name, version, len(keys) - hits)
         return found, meta
 
     def put(self, name: str, version: int, keys: Sequence[bytes],
@@ -225,7 +200,6 @@ class ResponseCache:
         names = tuple(outputs)
         rows = [tuple(outputs[n][i] for n in names) for i in range(len(keys))]
         sizes = [_ENTRY_OVERHEAD + _sizeof(row) for row in rows]
-        evicted: dict[tuple[str, int], int] = {}
         with self._lock:
             meta = self._meta.get((name, version))
             if meta is None or meta[0] != names or meta[1] != kinds or meta[2] != shapes:
@@ -244,11 +218,9 @@ class ResponseCache:
                 while self._bytes + size > self.max_bytes:  # room first: never over
                     (ename, eversion, _), (_, esize) = table.popitem(last=False)
                     self._bytes -= esize
-                    evicted[(ename, eversion)] = evicted.get((ename, eversion), 0) + 1
+                    self._count("evict", ename, eversion)
                 table[full] = (row, size)
                 self._bytes += size
-        for (ename, eversion), n in evicted.items():
-            self._count("evict", ename, eversion, n)
 
     def _drop_locked(self, match: Any) -> dict[tuple[str, int], int]:
         dropped: dict[tuple[str, int], int] = {}
@@ -265,6 +237,42 @@ class ResponseCache:
             for key in [k for k in self._meta
                         if k[0] == name and (version is None or k[1] == version)]:
                 del self._meta[key]
-        for (dname, dversion), n in dropped.items():
-            self._count("drop", dname, dversion, n)
+            for (dname, dversion), n in dropped.items():
+                self._count("drop", dname, dversion, n)
         return sum(dropped.values())
+
+
+_FAMILIES = {
+    "hit": ("reprise_cache_hits", "Rows answered from the response cache."),
+    "miss": ("reprise_cache_misses", "Rows looked up in the response cache and computed by "
+             "the model."),
+    "evict": ("reprise_cache_evictions", "Entries evicted to keep the response cache within "
+              "its bound (least recently used first)."),
+    "drop": ("reprise_cache_invalidations", "Entries dropped because the versions a model "
+             "answers with changed."),
+}
+
+
+class _Collector:
+    """The cache's series in /metrics, read from its counts at scrape time."""
+
+    def __init__(self, cache: ResponseCache) -> None:
+        self.cache = cache
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        cache = self.cache
+        with cache._lock:
+            counts, size, entries = dict(cache._counts), cache._bytes, len(cache._table)
+        families = {what: CounterMetricFamily(name, text, labels=["model", "version"])
+                    for what, (name, text) in _FAMILIES.items()}
+        for (what, name, version), n in sorted(counts.items()):
+            families[what].add_metric([name, str(version)], n)
+        yield from families.values()
+        yield GaugeMetricFamily("reprise_cache_bytes", "Bytes the response cache holds "
+                                "(counted as its bound counts them).", value=size)
+        yield GaugeMetricFamily("reprise_cache_max_bytes", "The response cache's bound.",
+                                value=cache.max_bytes)
+        yield GaugeMetricFamily("reprise_cache_entries", "Rows in the response cache.",
+                                value=entries)
