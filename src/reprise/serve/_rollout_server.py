@@ -132,8 +132,7 @@ class RolloutController:
         if split.weight != rec.weight or split.rollout.phase != rec.phase:
             _logger.info("rollout %s of %s: candidate v%d at %g%% (%s)", rec.id, rec.ref,
                          rec.candidate, rec.weight, rec.phase)
-        if split.weight != rec.weight or split.rollout.phase != rec.phase:
-            self.state.invalidate(rec.name)
+            self.state.invalidate(rec.name)  # the response cache: the split changed
         split.update(rec)
         if rec.phase == "shadow" and split.shadow is None:
             split.shadow = Shadow(split, self.state.metrics, self.state.settings.shadow_queue)
