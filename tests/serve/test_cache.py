@@ -432,3 +432,24 @@ def test_the_cli_refuses_a_negative_bound(workspace: Any,
         main(["serve", "churn@production", "--cache-mb", "-1"])
     assert info.value.code == 2
     assert "cache_mb" in capsys.readouterr().err
+
+
+def test_a_rollout_weight_change_drops_the_cache(ws: Any) -> None:
+    from dataclasses import replace
+
+    start_rollout("churn", 2, steps=[30, 100], interval="1h", workspace=ws)
+    settings = Settings(poll_interval=0.05, server_name="s1", cache_mb=1, warmup_idle=0)
+
+    async def main() -> None:
+        async with serving(RegistrySource(ws), ["churn@production"], settings) as (c, app):
+            state = app.state.reprise
+            await wait_until(lambda: "churn@production" in state.table.splits, 20)
+            for row in _rows(5):
+                await c.post("/v1/models/churn/predict", json=[row])
+            assert len(state.cache) == 5
+            split = state.table.splits["churn@production"]
+            state.rollouts._apply(split, split.rollout)  # nothing changed: kept
+            assert len(state.cache) == 5
+            state.rollouts._apply(split, replace(split.rollout, weight=100.0, step=1))
+            assert len(state.cache) == 0
+    run(main())
