@@ -124,7 +124,8 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
                   log_max_age_days: float = 30.0, log_max_mb: float = 1024.0,
                   slo_availability: float = 0.999, slo_latency_ms: float | None = None,
                   slo_latency_target: float = 0.99, otel: bool = False,
-                  monitor: str | None = None, monitor_interval: float = 60.0) -> int:
+                  monitor: str | None = None, monitor_interval: float = 60.0,
+                  cache_mb: float = 0.0, warmup_idle: float = 300.0) -> int:
     """Serve registered models until stopped; return the exit code."""
     from reprise.core import require
     from reprise.core.errors import UserError
@@ -151,7 +152,8 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
                         log_flush_s=log_flush_s, log_max_age_days=log_max_age_days or None,
                         log_max_mb=log_max_mb or None,
                         slo_availability=slo_availability, slo_latency_ms=slo_latency_ms,
-                        slo_latency_target=slo_latency_target, otel=otel)
+                        slo_latency_target=slo_latency_target, otel=otel,
+                        cache_mb=cache_mb, warmup_idle=warmup_idle)
     from reprise.cli._drift_check import install_input_drift_check
 
     stop, watchers = None, list[Any]()
@@ -255,6 +257,8 @@ def _serve_parser() -> argparse.ArgumentParser:
     ap.add_argument("--otel", action="store_true")
     ap.add_argument("--monitor", default=None)
     ap.add_argument("--monitor-interval", type=float, default=60.0)
+    ap.add_argument("--cache-mb", type=float, default=0.0)
+    ap.add_argument("--warmup-idle", type=float, default=300.0)
     return ap
 
 

@@ -91,6 +91,12 @@ def serve(
         "decides at a time.")] = None,
     monitor_interval: Annotated[float, typer.Option(
         help="Seconds between two looks of --monitor at the traffic.")] = 60.0,
+    cache_mb: Annotated[float, typer.Option(
+        help="Response cache: keep answers of recent rows, per model version, up to this "
+             "many MiB (0: no cache).")] = 0.0,
+    warmup_idle: Annotated[float, typer.Option(
+        help="Seconds a served version may stay idle before a warm-up call with its "
+             "example rows (0: never).")] = 300.0,
     otel: Annotated[bool, typer.Option(
         "--otel", help="Export OpenTelemetry spans of prediction requests, configured by "
                        "the OTEL_* environment variables (pip install 'reprise-ml[otel]').")
@@ -116,4 +122,5 @@ def serve(
                   log_max_age_days=log_max_age_days, log_max_mb=log_max_mb,
                   slo_availability=slo_availability, slo_latency_ms=slo_latency_ms,
                   slo_latency_target=slo_latency_target, otel=otel, monitor=monitor,
-                  monitor_interval=monitor_interval)
+                  monitor_interval=monitor_interval, cache_mb=cache_mb,
+                  warmup_idle=warmup_idle)

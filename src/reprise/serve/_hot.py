@@ -23,6 +23,7 @@ from reprise.core import new_id
 from reprise.registry import Validated
 from reprise.serve._batcher import Closed, Overloaded, PredictFailed, Result
 from reprise.serve._binary import Wants, binary_outputs, encode_answer, read_infer
+from reprise.serve._cache import ResponseCache, row_keys
 from reprise.serve._finite import check_inputs, check_outputs
 from reprise.serve._gate import OPEN_PATHS, Gate, check_body_type
 from reprise.serve._http import (
@@ -89,6 +90,7 @@ class _Job:
     request_id: str = ""  # OIP: the request's id and requested outputs, binary wishes
     requested: list[str] | None = None
     wants: Wants | None = None
+    keys: list[bytes] | None = None  # the response cache's key of each row (when on)
 
 
 def _segments(raw_path: bytes) -> list[str]:
@@ -162,7 +164,8 @@ class HotPath:
             if oip:  # an OIP answer repeats the request's id, else names the logged one
                 job.request_id = job.request_id or request_id or str(uuid.uuid4())
             queued = time.perf_counter()
-            result = await _run(model, job.checked.columns, job.checked.rows)
+            model.last_used = time.monotonic()  # the warm-up keeps idle versions warm
+            result = await _cached(model, job, self.state.cache)
             data, headers, content_type = await self._cpu(offload, _answer, job, result)
             status = 200
         except HTTPError as exc:
@@ -279,6 +282,8 @@ class HotPath:
             raise HTTPError(422, "the request does not match the model's signature",
                             kind="invalid", fields=[e.to_dict() for e in checked.errors])
         check_inputs(model, checked.columns)
+        if self.state.cache is not None:  # here: a large request hashes off the loop
+            job.keys = row_keys(checked.columns, checked.rows, model.input_dtypes)
         return job
 
 
@@ -305,6 +310,55 @@ def _answer(job: _Job, result: Result) -> tuple[bytes, list[tuple[bytes, bytes]]
             b"application/json"
     answer = infer_answer(job.model, result, job.checked.rows, job.request_id, job.requested)
     return encode_answer(answer, job.wants)
+
+
+async def _cached(model: ServedModel, job: _Job, cache: ResponseCache | None) -> Result:
+    """The request's answer: the rows the response cache holds for this version from
+    it, the others from the model (then stored)."""
+    columns, rows, keys = job.checked.columns, job.checked.rows, job.keys
+    if cache is None or keys is None:
+        return await _run(model, columns, rows)
+    name, version = model.name, model.version
+    found, meta = cache.get(name, version, keys)
+    missing = [i for i, row in enumerate(found) if row is None]
+    if not missing and meta is not None:
+        names, kinds, shapes = meta
+        return Result({n: [row[j] for row in found if row is not None]
+                       for j, n in enumerate(names)}, kinds, shapes)
+    if len(missing) == rows:
+        result = await _run(model, columns, rows)
+        cache.put(name, version, keys, result.outputs, result.kinds, result.row_shapes)
+        return result
+    fresh = await _run(model, _take(columns, missing), len(missing))
+    cache.put(name, version, [keys[i] for i in missing], fresh.outputs, fresh.kinds,
+              fresh.row_shapes)
+    names = tuple(fresh.outputs)
+    if meta is None or meta[0] != names:  # the version answered in another shape since
+        return await _run(model, columns, rows)
+    outputs: dict[str, list[Any]] = {n: [] for n in names}
+    it = iter(range(len(missing)))
+    for row in found:
+        if row is None:
+            i = next(it)
+            for n in names:
+                outputs[n].append(fresh.outputs[n][i])
+        else:
+            for j, n in enumerate(names):
+                outputs[n].append(row[j])
+    return Result(outputs, fresh.kinds, fresh.row_shapes, fresh.call)
+
+
+def _take(columns: dict[str, Any], index: list[int]) -> dict[str, Any]:
+    """The rows ``index`` of checked columns (lists, or numpy arrays from the OIP)."""
+    out: dict[str, Any] = {}
+    for n, col in columns.items():
+        if type(col) is list:
+            out[n] = [col[i] for i in index]
+        else:
+            import numpy as np
+
+            out[n] = np.asarray(col)[np.asarray(index, dtype=np.intp)]
+    return out
 
 
 async def _run(model: ServedModel, columns: dict[str, Any], rows: int) -> Result:

@@ -68,6 +68,9 @@ class Metrics:
                                  "model exception, a non-finite output).", rv, registry=r)
         self._r_latency = Histogram("reprise_rollout_request_duration_seconds", "Their "
                                     "latency.", rv, buckets=_LATENCY_BOUNDS_S, registry=r)
+        self._warmups = Counter("reprise_warmups", "Warm-up calls of idle model versions "
+                                "(not counted as requests), by outcome: ok or failed.",
+                                [*mv, "outcome"], registry=r)
         self._children: dict[tuple[Any, ...], Any] = {}
         # (rollout, version, mode) -> (labels, requests, errors, latency children)
         self._rollouts: dict[tuple[str, int, str], tuple[tuple[str, ...], Any, Any, Any]] = {}
@@ -140,6 +143,9 @@ class Metrics:
             labels = self._rollouts.pop(key)[0]
             for metric in (self._r_requests, self._r_errors, self._r_latency):
                 metric.remove(*labels)
+
+    def warmup(self, model: str, version: str, ok: bool) -> None:
+        self._child(self._warmups, model, version, "ok" if ok else "failed").inc()
 
     def shadow_copy(self, model: str, version: str, outcome: str, n: int = 1) -> None:
         self._child(self._shadow, model, version, outcome).inc(n)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from reprise.registry import Servable, Signature, is_model_name
@@ -44,10 +45,18 @@ class ServedModel:
     metrics: Metrics
     refs: set[str] = field(default_factory=set)
     loaded_at: float = field(default_factory=time.time)
+    last_used: float = field(default_factory=time.monotonic)  # the last request or warm-up
 
     @property
     def name(self) -> str:
         return self.servable.name
+
+    @cached_property
+    def input_dtypes(self) -> dict[str, str]:
+        """Each scalar input's dtype: how the response cache makes its keys canonical."""
+        from reprise.serve._cache import input_dtypes
+
+        return input_dtypes(self.signature)
 
     @property
     def version(self) -> int:

@@ -120,6 +120,7 @@ class RolloutController:
                       key_column=key.get("column") or (None if "header" in key
                                                        else settings.key_column))
         table.splits[ref] = split
+        state.invalidate(rec.name)
         self._apply(split, rec)
         self._leases.add(rec.id)
         self._deciders[rec.id] = state._spawn(self._watch(ref, rec.id))
@@ -131,6 +132,7 @@ class RolloutController:
         if split.weight != rec.weight or split.rollout.phase != rec.phase:
             _logger.info("rollout %s of %s: candidate v%d at %g%% (%s)", rec.id, rec.ref,
                          rec.candidate, rec.weight, rec.phase)
+            self.state.invalidate(rec.name)  # the response cache: the split changed
         split.update(rec)
         if rec.phase == "shadow" and split.shadow is None:
             split.shadow = Shadow(split, self.state.metrics, self.state.settings.shadow_queue)
@@ -150,6 +152,7 @@ class RolloutController:
             await state._switch(ref, rec.name, rec.candidate)
         if table.splits.get(ref) is split:
             del table.splits[ref]
+        state.invalidate(rec.name)
         if split.shadow is not None:
             shadow, split.shadow = split.shadow, None
             await shadow.close()

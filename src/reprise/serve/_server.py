@@ -19,6 +19,7 @@ from typing import Any
 
 from reprise.core.errors import UserError
 from reprise.registry import ModelSource
+from reprise.serve._cache import ResponseCache
 from reprise.serve._metrics import Metrics
 from reprise.serve._models import ModelTable, ServedModel, is_pinned, name_of
 from reprise.serve._policy import Policy
@@ -53,6 +54,10 @@ class ServerState:
         self.source, self.settings = source, settings
         self.table = ModelTable(refs)
         self.metrics = Metrics()
+        self.cache: ResponseCache | None = None
+        if settings.cache_mb > 0:
+            self.cache = ResponseCache(max(1, int(settings.cache_mb * 1024 * 1024)),
+                                       self.metrics.registry)
         self.slo = SloBook(self.table.default_ref, self.objectives, time.perf_counter)
         self.metrics.registry.register(self.slo)
         self.tracing: Tracing | None = None  # set by create_app (--otel)
@@ -131,6 +136,8 @@ class ServerState:
             self._spawn(self.rollouts.flusher())
         if self.request_log is not None:
             self._spawn(self.request_log.run())
+        if self.settings.warmup_idle > 0:
+            self._spawn(self._keep_warm(self.settings.warmup_idle))
 
     async def _load(self, name: str, version: int) -> ServedModel:
         servable = await asyncio.to_thread(self.source.load, name, version)
@@ -180,6 +187,7 @@ class ServerState:
             return
         self._bad_versions.pop(ref, None)
         old = self.table.install(ref, model)
+        self.invalidate(name)
         _logger.info("%s moved: v%d -> v%d", ref, current.version, version)
         if old is not None:
             self._spawn(self._retire(old), retire=True)
@@ -190,8 +198,41 @@ class ServerState:
             _logger.warning("%s v%d still had queued requests after %.0f s; failing them",
                             model.name, model.version, self.settings.drain_timeout)
         model.batcher.close()
+        if self.cache is not None:
+            self.cache.invalidate(model.name, model.version)
         self.metrics.served(model.name, str(model.version), False)
         _logger.info("released %s v%d", model.name, model.version)
+
+    def invalidate(self, name: str) -> None:
+        """Drop the cached answers of ``name``: the versions it answers with changed (an
+        alias moved, a rollout started, changed or ended)."""
+        if self.cache is not None:
+            dropped = self.cache.invalidate(name)
+            if dropped:
+                _logger.info("response cache: dropped %d answers of %s", dropped, name)
+
+    async def _keep_warm(self, idle_s: float) -> None:
+        """Every served version idle for ``idle_s`` seconds gets a warm-up call (its
+        example rows, straight to its batcher: not a request, counted on its own)."""
+        period = min(max(idle_s / 4, 0.05), 30.0)
+        while True:
+            await asyncio.sleep(period)
+            now = time.monotonic()
+            for model in self.table.models():
+                if self.stopping:
+                    return
+                if now - model.last_used < idle_s or model.batcher.busy \
+                        or not model.servable.example:
+                    continue
+                model.last_used = now
+                try:
+                    await model.warm_up()
+                except Exception as exc:
+                    _logger.warning("warm-up of idle %s v%d failed: %s", model.name,
+                                    model.version, exc)
+                    self.metrics.warmup(model.name, str(model.version), False)
+                else:
+                    self.metrics.warmup(model.name, str(model.version), True)
 
     async def stop(self) -> None:
         """Stop following refs, let every queue drain, release every version."""

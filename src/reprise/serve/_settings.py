@@ -97,6 +97,11 @@ class Settings:
         slo_latency_target: the share of requests that must be faster than that.
         otel: export OpenTelemetry spans of prediction requests, configured by the SDK's
             ``OTEL_*`` environment variables (the ``otel`` extra).
+        cache_mb: the response cache's bound in MiB (answers of recent rows per model
+            version, ``_cache.py``); 0: no cache.
+        warmup_idle: a served version idle this many seconds gets a warm-up call with its
+            package's example rows (then again after each such period while idle), so the
+            first request after a quiet hour is not a cold one; 0: never.
         models: per-model-name overrides.
 
     Example:
@@ -137,6 +142,8 @@ class Settings:
     slo_latency_ms: float | None = None
     slo_latency_target: float = 0.99
     otel: bool = False
+    cache_mb: float = 0.0
+    warmup_idle: float = 300.0
     models: Mapping[str, ModelSettings] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -151,6 +158,12 @@ class Settings:
         _check_rollouts(self)
         _check_request_log(self)
         self.slo_policy()  # checks the objectives as a policy file's slo section is checked
+        if not self.cache_mb >= 0 or self.cache_mb > 1024 * 1024:
+            raise ConfigError(f"cache_mb must be between 0 (no cache) and 1048576 MiB; "
+                              f"got {self.cache_mb}")
+        if not 0 <= self.warmup_idle < float("inf"):
+            raise ConfigError(f"warmup_idle must be a number of seconds, 0 or more "
+                              f"(0: no warm-up); got {self.warmup_idle}")
         if self.poll_interval <= 0 or self.drain_timeout < 0:
             raise ConfigError("poll_interval must be positive and drain_timeout not negative; "
                               f"got {self.poll_interval} and {self.drain_timeout}")

@@ -1,0 +1,287 @@
+"""The response cache and the idle warm-up of ``reprise serve`` (issue 18.4 and 18.6),
+each against the same server without it, in one run.
+
+Cache: two ``reprise serve lr@production`` processes (the ``serve`` benchmark's
+scikit-learn LogisticRegression on 20 numeric features, a package as the demo's), one
+with ``--cache-mb 64`` and one without, both with ``--warmup-idle 0`` and no request log.
+The load is httpx (``AsyncClient``, 8 tasks on 8 keep-alive connections: concurrency 8)
+sending single-row JSON POSTs from a pre-built stream: at a 50 % repeat rate each
+request repeats, with probability 0.5, a row sent earlier in the stream (uniformly among
+the last 1,000) and is otherwise a fresh random row; at 0 % every row is fresh, so the
+cache only costs (hash, lookup, store). Both servers get the same stream. Per round and
+rate the servers take turns (order swapped every round), each after a one-second
+warm-up; figures are medians over the rounds: requests/s, p50/p99, and the server's CPU
+µs per answer (from /proc; a shared 2-core machine moves requests/s much more than
+it moves this). Goals: more requests/s at 50 %; at 0 % an overhead ≤ 3 %. The client
+runs on the same cores as the server, so requests/s understates what the server alone
+could do; the CPU figure does not. The cache's own hit rate (/metrics) is checked
+against the stream's, and the servers' answers for the same rows compared.
+
+Warm-up: two servers without the cache, ``--warmup-idle 1`` and ``--warmup-idle 0``;
+per repeat both answer a request, stay idle ``--idle`` seconds (5), then each gets one
+fresh row on a new connection, timed by the client (order swapped every repeat); then a
+second request right after, for the warm latency. Medians over the repeats; the
+warm-ups counted from /metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import shutil
+import statistics
+import sys
+import time
+from typing import Any
+
+import httpx
+
+from _common import WORK, finish, python
+from bench_request_log import cpu_seconds
+from bench_serve import Server, start, stop, wait_ready
+
+CONCURRENCY = 8
+RATES = (0.5, 0.0)
+GOALS = {"cache_rps_vs_none_at_50": (">=", 1.0), "overhead_at_0": ("<=", 0.03)}
+
+
+def stream(seed: int, n: int, rate: float) -> list[bytes]:
+    """``n`` request bodies: each repeats an earlier row with probability ``rate``."""
+    from _serve_peers import FEATURES
+
+    rng = random.Random(seed)
+    rows: list[bytes] = []
+    out: list[bytes] = []
+    for _ in range(n):
+        if rows and rng.random() < rate:
+            out.append(rng.choice(rows[-1000:]))
+            continue
+        row = {f: round(rng.gauss(0.0, 1.0), 6) for f in FEATURES}
+        body = json.dumps({"records": [row]}).encode()
+        rows.append(body)
+        out.append(body)
+    return out
+
+
+async def _load(url: str, bodies: list[bytes], seconds: float) -> dict[str, float]:
+    """Concurrency-8 POSTs of ``bodies`` in order for ``seconds``: rps, p50, p99."""
+    latencies: list[float] = []
+    errors = 0
+    nxt = 0
+    deadline = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
+    headers = {"content-type": "application/json"}
+    async with httpx.AsyncClient(limits=limits, timeout=10) as client:
+        async def worker() -> None:
+            nonlocal nxt, errors
+            while time.perf_counter() < deadline and nxt < len(bodies):
+                body = bodies[nxt]
+                nxt += 1
+                t0 = time.perf_counter()
+                r = await client.post(url, content=body, headers=headers)
+                latencies.append(time.perf_counter() - t0)
+                if r.status_code != 200:
+                    errors += 1
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+        took = time.perf_counter() - t0
+    if nxt >= len(bodies):
+        raise RuntimeError("the request stream ran out: make it longer")
+    latencies.sort()
+    return {"rps": len(latencies) / took, "requests": len(latencies), "errors": errors,
+            "p50_ms": latencies[len(latencies) // 2] * 1000,
+            "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000}
+
+
+def measure(server: Server, bodies: list[bytes], seconds: float, cached: bool
+            ) -> dict[str, float]:
+    """One window (after a one-second warm-up on rows of no other window); with the
+    cache, its hit rate over the window from /metrics."""
+    url = f"http://127.0.0.1:{server.port}{server.url}"
+    asyncio.run(_load(url, bodies[-4000:], 1.0))
+    assert server.proc is not None
+    if cached:
+        h0, m0 = (metric(server, f"reprise_cache_{k}_total") for k in ("hits", "misses"))
+    cpu0 = cpu_seconds(server.proc.pid)
+    sample = asyncio.run(_load(url, bodies[:-4000], seconds))
+    cpu1 = cpu_seconds(server.proc.pid)
+    if cpu0 is not None and cpu1 is not None and sample["requests"]:
+        sample["cpu_us_per_request"] = (cpu1 - cpu0) / sample["requests"] * 1e6
+    if cached:
+        hits = metric(server, "reprise_cache_hits_total") - h0
+        looked = hits + metric(server, "reprise_cache_misses_total") - m0
+        sample["hit_rate"] = hits / looked if looked else 0.0
+    return sample
+
+
+def metric(server: Server, name: str, **labels: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"http://127.0.0.1:{server.port}/metrics", timeout=10).text
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+    return total
+
+
+def same_answers(a: Server, b: Server, bodies: list[bytes]) -> None:
+    """The cached server answers as the plain one, asked twice (the second: a hit)."""
+    for body in bodies:
+        answers = []
+        for s in (a, b, b):
+            r = httpx.post(f"http://127.0.0.1:{s.port}{s.url}", content=body,
+                           headers={"content-type": "application/json"}, timeout=10)
+            answers.append(r.json()["predictions"])
+        if not answers[0] == answers[1] == answers[2]:
+            raise RuntimeError(f"the cached server answered otherwise: {answers}")
+
+
+def first_after_idle(servers: list[Server], idle: float, repeats: int, seed: int
+                     ) -> dict[str, dict[str, list[float]]]:
+    """Per server: client ms of the first request after ``idle`` seconds, and the next."""
+    fresh = iter(stream(seed, 10 * repeats + 10, 0.0))
+    out: dict[str, dict[str, list[float]]] = {s.name: {"first": [], "next": []}
+                                              for s in servers}
+
+    def once(s: Server) -> float:
+        body = next(fresh)
+        with httpx.Client(timeout=10) as client:  # a new connection, as after a quiet hour
+            t0 = time.perf_counter()  # the client made (~20 ms of TLS set-up) beforehand
+            r = client.post(f"http://127.0.0.1:{s.port}{s.url}", content=body,
+                            headers={"content-type": "application/json"})
+            took = (time.perf_counter() - t0) * 1000
+        if r.status_code != 200:
+            raise RuntimeError(f"{s.name} answered {r.status_code}: {r.text[:200]}")
+        return took
+
+    for r in range(repeats):
+        for s in servers:
+            once(s)
+        time.sleep(idle)
+        for s in servers[r % 2:] + servers[:r % 2]:
+            out[s.name]["first"].append(once(s))
+            out[s.name]["next"].append(once(s))
+        print(f"  idle round {r + 1}: " + "  ".join(
+            f"{s.name} first {out[s.name]['first'][-1]:6.2f} ms next "
+            f"{out[s.name]['next'][-1]:6.2f} ms" for s in servers))
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--seconds", type=float, default=5.0, help="per measurement")
+    ap.add_argument("--idle", type=float, default=5.0, help="idle seconds before a first "
+                    "request (the warming server's --warmup-idle is 1)")
+    ap.add_argument("--idle-repeats", type=int, default=9)
+    ap.add_argument("--quick", action="store_true", help="one short round, no result file")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.repeats, args.seconds, args.idle, args.idle_repeats = 1, 2.0, 2.0, 2
+    from _serve_peers import production_lr
+
+    work = WORK / "cache"
+    shutil.rmtree(work, ignore_errors=True)
+    row, expected, ws_dir = production_lr(work)
+    serve = [python(), "-m", "reprise.cli", "serve", "lr@production", "--log-level",
+             "warning", "--no-request-log"]
+    body = {"records": [row]}
+
+    def server(name: str, *flags: str) -> Server:
+        return Server(name, [*serve, *flags], "/v1/models/lr/predict", body, "/readyz", ws_dir)
+
+    plain, cached = server("no_cache", "--warmup-idle", "0"), \
+        server("cache", "--cache-mb", "64", "--warmup-idle", "0")
+    warming, cold = server("warmup_on", "--warmup-idle", "1"), \
+        server("warmup_off", "--warmup-idle", "0")
+    pair = [plain, cached]
+    samples: dict[str, list[dict[str, float]]] = {}
+    hit_rates: dict[str, list[float]] = {}
+    try:
+        for s in pair:
+            start(s)
+        for s in pair:
+            wait_ready(s, expected)
+        same_answers(plain, cached, stream(99, 30, 0.0))
+        n = int(args.seconds * 4000) + 4000  # more than either server answers in a window
+        for r in range(args.repeats):
+            for rate in RATES:
+                bodies = stream(1000 * r + int(rate * 100), n, rate)
+                for s in pair[r % 2:] + pair[:r % 2]:
+                    sample = measure(s, bodies, args.seconds, s is cached)
+                    if s is cached:
+                        hit_rates.setdefault(f"{rate:.0%}", []).append(sample["hit_rate"])
+                    samples.setdefault(f"{s.name}@{rate:.0%}", []).append(sample)
+                    print(f"  round {r + 1} repeat {rate:4.0%} {s.name:9s} "
+                          f"{sample['rps']:>7,.0f} req/s  p50 {sample['p50_ms']:6.2f} ms  "
+                          f"p99 {sample['p99_ms']:6.2f} ms  cpu "
+                          f"{sample.get('cpu_us_per_request', float('nan')):5.0f} us/req"
+                          + (f"  hits {sample['hit_rate']:.0%}" if "hit_rate" in sample
+                             else "") + f"  errors {sample['errors']:.0f}")
+    finally:
+        for s in pair:
+            stop(s)
+    try:
+        for s in (warming, cold):
+            start(s)
+        for s in (warming, cold):
+            wait_ready(s, expected)
+        idle = first_after_idle([warming, cold], args.idle, args.idle_repeats, seed=7)
+        warmups = metric(warming, "reprise_warmups_total", outcome="ok")
+        cold_warmups = metric(cold, "reprise_warmups_total")
+    finally:
+        for s in (warming, cold):
+            stop(s)
+    shutil.rmtree(work, ignore_errors=True)
+
+    med = statistics.median
+    figures: dict[str, float] = {}
+    for key, xs in samples.items():
+        for k in ("rps", "p50_ms", "p99_ms", "cpu_us_per_request"):
+            if all(k in x for x in xs):
+                figures[f"{key}_{k}"] = med(x[k] for x in xs)
+        figures[f"{key}_errors"] = sum(x["errors"] for x in xs)
+    for rate, xs in hit_rates.items():
+        figures[f"cache_hit_rate@{rate}"] = med(xs)
+    for name, d in idle.items():
+        figures[f"{name}_first_after_idle_ms"] = med(d["first"])
+        figures[f"{name}_next_ms"] = med(d["next"])
+    figures["warmups_counted"] = warmups
+    figures["warmups_counted_when_off"] = cold_warmups
+    ratios = {
+        "cache_rps_vs_none_at_50": figures["cache@50%_rps"] / figures["no_cache@50%_rps"],
+        "overhead_at_0": 1 - figures["cache@0%_rps"] / figures["no_cache@0%_rps"],
+        "first_after_idle_on_vs_off": figures["warmup_on_first_after_idle_ms"]
+        / figures["warmup_off_first_after_idle_ms"],
+    }
+    if "cache@0%_cpu_us_per_request" in figures:
+        ratios["cpu_overhead_at_0"] = figures["cache@0%_cpu_us_per_request"] \
+            / figures["no_cache@0%_cpu_us_per_request"] - 1
+        ratios["cache_cpu_vs_none_at_50"] = figures["cache@50%_cpu_us_per_request"] \
+            / figures["no_cache@50%_cpu_us_per_request"]
+    goals = {name: {"target": f"{op} {target}", "value": ratios[name],
+                    "met": ratios[name] >= target if op == ">=" else ratios[name] <= target}
+             for name, (op, target) in GOALS.items()}
+    for name, g in goals.items():
+        print(f"  goal {name:26s} {g['target']:>8s}  {g['value']:8.3f}  "
+              f"{'met' if g['met'] else 'NOT met'}")
+    if warmups < 1:
+        raise SystemExit("the warming server counted no warm-up: the measurement is void")
+    result = {"figures": figures, "ratios": ratios, "goals": goals,
+              "repeats": args.repeats, "seconds": args.seconds, "idle_s": args.idle,
+              "idle_repeats": args.idle_repeats, "samples": samples,
+              "idle_samples_ms": idle,
+              "load": f"httpx AsyncClient, {CONCURRENCY} tasks on {CONCURRENCY} keep-alive "
+                      "connections, single-row JSON POSTs, 127.0.0.1, one server process "
+                      "each, client and server on the same cores",
+              "baseline": "the same server without --cache-mb (and with --warmup-idle 0), "
+                          "in the same run"}
+    return finish("cache", result, quick=args.quick, fmt=lambda k, v: f"{v:>14,.3f}")
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)
