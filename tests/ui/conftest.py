@@ -30,8 +30,12 @@ def ui_url(demo_project: Path) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
+    """Chromium for one test file. Not for the session: Playwright's sync API keeps an
+    asyncio loop running in this thread until it stops, and every later test of this
+    process that calls asyncio.run (servers' tests, make test's workers run many files)
+    would fail while it runs."""
     pw, browser = _browser.launch()
     yield browser
     browser.close()
