@@ -30,6 +30,7 @@ _LAZY: dict[str, str] = {
     "package_model": "reprise.registry._build",
     "AuditReport": "reprise.registry._audit",
     "is_model_name": "reprise.registry._registry",
+    "optimize": "reprise.registry._optimize",
     **{name: "reprise.registry._api" for name in (
         "RegistrySource", "archive_model", "audit_log", "delete_model", "describe_model",
         "get_model", "list_models", "load_model", "model_lineage", "promote", "register",
@@ -58,6 +59,7 @@ __all__ = [
     "list_models",
     "load_model",
     "model_lineage",
+    "optimize",
     "package_model",
     "promote",
     "read_package",
@@ -87,6 +89,7 @@ if TYPE_CHECKING:
     )
     from reprise.registry._audit import AuditReport
     from reprise.registry._build import package_model
+    from reprise.registry._optimize import optimize
     from reprise.registry._package import ModelPackage, PackageError, read_package
     from reprise.registry._registry import is_model_name
 

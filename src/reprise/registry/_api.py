@@ -108,14 +108,14 @@ def load_model(ref: str, *, workspace: Any = None) -> ModelPackage:
     return _load(ws, reg.parse_ref(ws, ref))
 
 
-def _load(ws: Any, rec: ModelVersionRecord) -> ModelPackage:
+def _load(ws: Any, rec: ModelVersionRecord, runtime: str = "native") -> ModelPackage:
     from reprise.store._materializers import materializer_by_name
 
     art = ws.metadata.get_artifact(rec.package_hash)
     folder = Path(tempfile.mkdtemp(prefix="reprise-model-"))
     materializer_by_name(art.materializer).load(ws.artifacts, art.hash, art.meta,
                                                 dest=folder)
-    return read_package(folder / "package")
+    return read_package(folder / "package", runtime=runtime)
 
 
 def promote(name: str, version: int, alias: str, *, force: bool = False,
@@ -171,7 +171,7 @@ def float_dtype(package: Any) -> str:
     """What float inputs become inside the model: float32 for torch and for
     scikit-learn's trees and tree ensembles (which cast their input), else float64; a
     server refuses inputs that would become infinite."""
-    if package.flavor == "torch":
+    if package.flavor == "torch" or package.runtime == "onnx":
         return "float32"
     model = package.model
     steps = getattr(model, "steps", None)
@@ -197,12 +197,17 @@ class _Loaded:
 class RegistrySource:
     """The registry as a :class:`~reprise.registry.ModelSource` for a server: resolving
     reads the database (cheap enough to poll); loading verifies the package once and
-    keeps it for later calls."""
+    keeps it for later calls. ``runtime``: native, onnx or auto (see
+    :func:`~reprise.registry.read_package`)."""
 
-    def __init__(self, workspace: Any = None) -> None:
+    def __init__(self, workspace: Any = None, *, runtime: str = "native") -> None:
+        from reprise.registry._package import RUNTIMES
         from reprise.tracking._api import resolve_workspace
 
+        if runtime not in RUNTIMES:
+            raise UserError(f"--runtime must be one of {list(RUNTIMES)}; got {runtime!r}")
         self.workspace = resolve_workspace(workspace)
+        self.runtime = runtime
         self._loaded: dict[tuple[str, int], _Loaded] = {}
         self._lock = threading.Lock()
 
@@ -216,7 +221,7 @@ class RegistrySource:
         if hit is not None:
             return hit
         rec = reg.get_version(self.workspace, name, version)
-        loaded = _Loaded(name, version, _load(self.workspace, rec))
+        loaded = _Loaded(name, version, _load(self.workspace, rec, self.runtime))
         with self._lock:
             self._loaded[(name, version)] = loaded
         return loaded
