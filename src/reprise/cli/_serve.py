@@ -91,6 +91,10 @@ def serve(
         "decides at a time.")] = None,
     monitor_interval: Annotated[float, typer.Option(
         help="Seconds between two looks of --monitor at the traffic.")] = 60.0,
+    runtime: Annotated[str, typer.Option(
+        help="native (scikit-learn/torch), onnx (the version's ONNX graph in ONNX Runtime; "
+             "the process imports neither) or auto (ONNX when the version has a "
+             "parity-proven graph).")] = "native",
     otel: Annotated[bool, typer.Option(
         "--otel", help="Export OpenTelemetry spans of prediction requests, configured by "
                        "the OTEL_* environment variables (pip install 'reprise-ml[otel]').")
@@ -116,4 +120,4 @@ def serve(
                   log_max_age_days=log_max_age_days, log_max_mb=log_max_mb,
                   slo_availability=slo_availability, slo_latency_ms=slo_latency_ms,
                   slo_latency_target=slo_latency_target, otel=otel, monitor=monitor,
-                  monitor_interval=monitor_interval)
+                  monitor_interval=monitor_interval, runtime=runtime)

@@ -109,12 +109,15 @@ def load_model(ref: str, *, workspace: Any = None) -> ModelPackage:
 
 
 def _load(ws: Any, rec: ModelVersionRecord, runtime: str = "native") -> ModelPackage:
-    from reprise.store._materializers import materializer_by_name
+    """Unpack the version's package and read it once, as ``runtime`` says (the package
+    materializer's own load would read it natively first: torch and scikit-learn)."""
+    from reprise.store._path_materializers import DirMaterializer
 
     art = ws.metadata.get_artifact(rec.package_hash)
+    if art.materializer != MATERIALIZER:
+        raise UserError(f"{rec.ref}: artifact {art.hash[:12]} is not a model package")
     folder = Path(tempfile.mkdtemp(prefix="reprise-model-"))
-    materializer_by_name(art.materializer).load(ws.artifacts, art.hash, art.meta,
-                                                dest=folder)
+    DirMaterializer().load(ws.artifacts, art.hash, art.meta, dest=folder / "package")
     return read_package(folder / "package", runtime=runtime)
 
 
