@@ -270,3 +270,16 @@ def test_bad_arguments(ws: Any) -> None:
         optimize("m", 1, atol=0, workspace=ws)
     with pytest.raises(UserError, match="runtime must be"):
         read_package(_folder(ws, "m", 1), runtime="gpu")
+
+
+def test_export_leaves_the_model_in_eval_mode() -> None:
+    import torch
+
+    from reprise.registry._onnx import convert
+
+    x, y = _numeric()
+    net = torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.Dropout(0.5),
+                              torch.nn.Linear(4, 2)).eval()
+    pkg = package_model(net, sample=x, target=y)
+    convert(pkg)
+    assert not pkg.model.training  # a leaked train() would make native predictions random

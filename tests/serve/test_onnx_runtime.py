@@ -65,6 +65,7 @@ def test_optimize_serve_and_predict_with_onnx_runtime(mlp_workspace: tuple[Path,
     assert done.returncode == 0, done.stderr
     info = json.loads(done.stdout)
     assert info["version"] == 2 and info["parity"] is True and info["source_version"] == 1
+    assert info["parity_report"]["rows"] >= 256 and info["parity_report"]["max_abs_diff"] < 1e-5
 
     rows = x.head(20).to_dict("records")
     native, _ = _serve_and_ask(root, "mlp:1", "native", rows)
@@ -87,6 +88,9 @@ def test_optimize_serve_and_predict_with_onnx_runtime(mlp_workspace: tuple[Path,
 
 def test_optimize_cli_errors_exit_2(mlp_workspace: tuple[Path, Any]) -> None:
     root, _ = mlp_workspace
+    done = _cli(root, "models", "optimize", "mlp:1", "--quantize", "dynamic-int8")
+    assert done.returncode == 0, done.stderr
+    assert "parity proved on" in done.stdout and "quantisation gate accuracy" in done.stdout
     for args, message in ((("mlp",), "NAME:VERSION"),
                           (("mlp:1", "--quantize", "int4"), "quantize must be"),
                           (("mlp:9",), "no version 9")):

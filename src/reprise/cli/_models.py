@@ -82,13 +82,23 @@ def optimize(
         render.print_json({"name": rec.name, "version": rec.version, "source_version": version,
                            "package": rec.package_hash, "parity": onnx_meta.get("parity"),
                            "quantize": onnx_meta.get("quantize"),
+                           "parity_report": onnx_meta.get("report"),
+                           "quantization_gate": onnx_meta.get("gate"),
                            "gates_passed": rec.metrics.get("gates_passed")})
         return
     gates = {True: "gates passed", False: "GATES FAILED", None: "no gates"}[
         rec.metrics.get("gates_passed")]
     what = f"ONNX {quantize}" if quantize else "ONNX"
-    typer.echo(f"registered {rec.ref}: {what} variant of {name}:{version}, parity proved "
-               f"(atol {atol:g}), {gates}")
+    report = onnx_meta.get("report") or {}
+    typer.echo(f"registered {rec.ref}: {what} variant of {name}:{version}, {gates}")
+    typer.echo(f"parity proved on {report.get('rows')} rows {report.get('sources')}: "
+               f"largest difference {report.get('max_abs_diff') or 0.0:.2g} (atol {atol:g}), "
+               f"labels identical: {report.get('labels_identical')}, near-ties: "
+               f"{report.get('ties_within_atol', 0)}")
+    for r in (onnx_meta.get("gate") or {}).get("results", []):
+        typer.echo(f"quantisation gate {r['metric']}: native {r['native']:.4f}, int8 "
+                   f"{r['quantized']:.4f}, drop {r['drop']:.4f} (max {r['max_drop']:g}) "
+                   f"{'passed' if r['passed'] else 'FAILED'}")
 
 
 @models_app.command("list")

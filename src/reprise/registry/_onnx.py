@@ -22,7 +22,7 @@ from typing import Any
 
 from reprise.core.errors import UserError
 
-__all__ = ["OPSET", "convert", "make_session", "predict_onnx"]
+__all__ = ["OPSET", "convert", "make_session", "predict_onnx", "tidy_opsets"]
 
 OPSET = 18
 ML_OPSET = 3
@@ -187,7 +187,7 @@ def _from_torch(pkg: Any) -> tuple[bytes, dict[str, Any]]:
     else:
         shape = inputs[0].get("shape") or [len(inputs[0]["columns"])]
     out_name = "probabilities" if classifier else "prediction"
-    was_training = net.training
+    was_training = pkg.model.training
     net.eval()
     try:
         with warnings.catch_warnings(), tempfile.TemporaryDirectory() as tmp:
@@ -202,7 +202,7 @@ def _from_torch(pkg: Any) -> tuple[bytes, dict[str, Any]]:
                         f"({type(exc).__name__}: {exc}); the model stays servable with "
                         "--runtime native") from None
     finally:
-        net.train(was_training)
+        pkg.model.train(was_training)  # the wrapper's mode would leak into the model
     if pkg.preprocessing is None:
         graph.graph.input[0].name = "X"
         for node in graph.graph.node:
@@ -223,13 +223,21 @@ def _merge(pkg: Any, net: Any) -> Any:
     net = compose.add_prefix(net, "net_")
     net.ir_version = prep.ir_version
     merged = compose.merge_models(prep, net, io_map=[(prep.graph.output[0].name, "net_input")])
-    versions: dict[str, int] = {}  # merge_models lists a domain once per source graph
-    for entry in merged.opset_import:
-        versions[entry.domain] = max(versions.get(entry.domain, 0), entry.version)
-    del merged.opset_import[:]
+    return tidy_opsets(merged)
+
+
+def tidy_opsets(model: Any) -> Any:
+    """Each domain once, at its highest version, and the default domain present (graphs
+    merged or made of ai.onnx.ml operators alone may lack it or list it twice, which ONNX
+    Runtime's quantiser refuses)."""
+    versions: dict[str, int] = {"": OPSET}
+    for entry in model.opset_import:
+        domain = "" if entry.domain == "ai.onnx" else entry.domain
+        versions[domain] = max(versions.get(domain, 0), entry.version)
+    del model.opset_import[:]
     for domain, version in sorted(versions.items()):
-        merged.opset_import.add(domain=domain, version=version)
-    return merged
+        model.opset_import.add(domain=domain, version=version)
+    return model
 
 
 # -- running ----------------------------------------------------------------------------

@@ -137,8 +137,11 @@ def register_package(ws: Any, name: str, package_hash: str, *, run_id: str | Non
         meta.update(source_version=source.version, source_package=source.package_hash,
                     lineage=source.meta.get("lineage"),
                     onnx={"parity": (info.get("parity") or {}).get("passed"),
-                          "quantize": (info.get("quantization") or {}).get("method")})
-        payload.update(source=source.ref, onnx=meta["onnx"])
+                          "quantize": (info.get("quantization") or {}).get("method"),
+                          "report": info.get("parity"),
+                          "gate": (info.get("quantization") or {}).get("gate")})
+        payload.update(source=source.ref, onnx={k: meta["onnx"][k]
+                                                for k in ("parity", "quantize")})
         action = "model.optimize"
     return ws.metadata.add_model_version(  # type: ignore[no-any-return]
         record, (actor(), action, name, payload))
