@@ -229,7 +229,11 @@ def test_auto_runtime_picks_the_graph_only_when_present(ws: Any) -> None:
     register_package("m", package_model(model, sample=x), workspace=ws)
     optimize("m", 1, workspace=ws)
     assert read_package(_folder(ws, "m", 1), runtime="auto").runtime == "native"
-    assert read_package(_folder(ws, "m", 2), runtime="auto").runtime == "onnx"
+    served = read_package(_folder(ws, "m", 2), runtime="auto")
+    assert served.runtime == "onnx"
+    from reprise.registry._api import float_dtype
+
+    assert float_dtype(served) == "float32"  # the graph takes float32: the server checks
     with pytest.raises(UserError, match="no ONNX graph"):
         read_package(_folder(ws, "m", 1), runtime="onnx")
 

@@ -174,7 +174,7 @@ def float_dtype(package: Any) -> str:
     """What float inputs become inside the model: float32 for torch and for
     scikit-learn's trees and tree ensembles (which cast their input), else float64; a
     server refuses inputs that would become infinite."""
-    if package.flavor == "torch" or package.runtime == "onnx":
+    if package.flavor == "torch" or getattr(package, "runtime", "native") == "onnx":
         return "float32"
     model = package.model
     steps = getattr(model, "steps", None)
