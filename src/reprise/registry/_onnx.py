@@ -263,6 +263,9 @@ def make_session(graph: bytes) -> Any:
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     opts.log_severity_level = 3
+    # idle intra-op threads sleep instead of spinning: on a small machine a spinning pool
+    # takes the cores that parse requests (the server) or send them (the clients)
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(graph, sess_options=opts, providers=["CPUExecutionProvider"])
 
 
