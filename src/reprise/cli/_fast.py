@@ -125,7 +125,8 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
                   slo_availability: float = 0.999, slo_latency_ms: float | None = None,
                   slo_latency_target: float = 0.99, otel: bool = False,
                   monitor: str | None = None, monitor_interval: float = 60.0,
-                  cache_mb: float = 0.0, warmup_idle: float = 300.0) -> int:
+                  cache_mb: float = 0.0, warmup_idle: float = 300.0,
+                  runtime: str = "native") -> int:
     """Serve registered models until stopped; return the exit code."""
     from reprise.core import require
     from reprise.core.errors import UserError
@@ -166,7 +167,7 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
             raise UserError(f"--monitor-interval must be more than 0, not {monitor_interval}.")
         stop, watchers = start_watchers(refs, Path(monitor), interval_s=monitor_interval)
     try:
-        source = RegistrySource(workspace())
+        source = RegistrySource(workspace(), runtime=runtime)
         install_input_drift_check(source.workspace)  # loads nothing until a policy asks
         run_server(source, refs, settings=settings, host=host, port=port,
                    log_level=log_level, access_log=access_log)
@@ -259,6 +260,7 @@ def _serve_parser() -> argparse.ArgumentParser:
     ap.add_argument("--monitor-interval", type=float, default=60.0)
     ap.add_argument("--cache-mb", type=float, default=0.0)
     ap.add_argument("--warmup-idle", type=float, default=300.0)
+    ap.add_argument("--runtime", default="native")
     return ap
 
 

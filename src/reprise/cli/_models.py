@@ -1,4 +1,5 @@
-"""``reprise models ...`` (register, list, show, promote, rollback, archive, delete) and
+"""``reprise models ...`` (register, optimize, list, show, promote, rollback, archive,
+delete) and
 ``reprise audit ...`` (log, verify)."""
 
 from __future__ import annotations
@@ -47,6 +48,57 @@ def register(
     state = {True: "gates passed", False: "GATES FAILED", None: "no gates"}[gates]
     verb = "registered" if created else "already registered as"
     typer.echo(f"{verb} {rec.ref} (run {rec.run_id}, {state})")
+
+
+@models_app.command("optimize")
+def optimize(
+    ref: Annotated[str, typer.Argument(metavar="NAME:VERSION",
+                                       help="The registered version to optimise.")],
+    onnx: Annotated[bool, typer.Option("--onnx/--no-onnx", help="Convert to one ONNX graph "
+                                       "(preprocessing + model); the only optimisation.")
+                    ] = True,
+    quantize: Annotated[str | None, typer.Option(
+        help="dynamic-int8: quantise the graph's weights, gated on accuracy/F1.")] = None,
+    atol: Annotated[float, typer.Option(
+        help="Largest difference of a probability allowed by the parity check.")] = 1e-5,
+    max_drop: Annotated[float, typer.Option(
+        help="Largest accuracy/F1 drop (0.005 = 0.5 point) the quantisation gate allows.")
+    ] = 0.005,
+    as_json: JsonOpt = False,
+) -> None:
+    """Register an ONNX variant of NAME:VERSION as a new version, after proving that it
+    predicts as the original (labels identical, probabilities within --atol)."""
+    from reprise.core.errors import UserError
+    from reprise.registry import optimize as run_optimize
+    from reprise.registry._registry import split_ref
+
+    name, alias, version = split_ref(ref)
+    if version is None:
+        raise UserError(f"give the version to optimise as NAME:VERSION, not {ref!r}")
+    rec = run_optimize(name, version, onnx=onnx, quantize=quantize, atol=atol,
+                       max_drop=max_drop, workspace=_ws())
+    onnx_meta = rec.meta.get("onnx") or {}
+    if as_json:
+        render.print_json({"name": rec.name, "version": rec.version, "source_version": version,
+                           "package": rec.package_hash, "parity": onnx_meta.get("parity"),
+                           "quantize": onnx_meta.get("quantize"),
+                           "parity_report": onnx_meta.get("report"),
+                           "quantization_gate": onnx_meta.get("gate"),
+                           "gates_passed": rec.metrics.get("gates_passed")})
+        return
+    gates = {True: "gates passed", False: "GATES FAILED", None: "no gates"}[
+        rec.metrics.get("gates_passed")]
+    what = f"ONNX {quantize}" if quantize else "ONNX"
+    report = onnx_meta.get("report") or {}
+    typer.echo(f"registered {rec.ref}: {what} variant of {name}:{version}, {gates}")
+    typer.echo(f"parity proved on {report.get('rows')} rows {report.get('sources')}: "
+               f"largest difference {report.get('max_abs_diff') or 0.0:.2g} (atol {atol:g}), "
+               f"labels identical: {report.get('labels_identical')}, near-ties: "
+               f"{report.get('ties_within_atol', 0)}")
+    for r in (onnx_meta.get("gate") or {}).get("results", []):
+        typer.echo(f"quantisation gate {r['metric']}: native {r['native']:.4f}, int8 "
+                   f"{r['quantized']:.4f}, drop {r['drop']:.4f} (max {r['max_drop']:g}) "
+                   f"{'passed' if r['passed'] else 'FAILED'}")
 
 
 @models_app.command("list")
@@ -260,6 +312,9 @@ def predict(
     na_values: Annotated[str | None, typer.Option(
         "--na-values", help=NA_HELP + " Default here: the spellings of the model's training "
         "data.")] = None,
+    runtime: Annotated[str, typer.Option(
+        help="native, onnx (the version's ONNX graph) or auto (ONNX when parity-proven).")
+    ] = "native",
     as_json: JsonOpt = False,
 ) -> None:
     """Predict every row of INPUT with MODEL into OUTPUT, streaming in chunks."""
@@ -270,7 +325,7 @@ def predict(
     spellings = parse_na_values(na_values)
     if as_json:
         result = predict_file(model, source, output, chunk_rows=chunk_rows, workspace=ws,
-                              na_values=spellings)
+                              na_values=spellings, runtime=runtime)
         render.print_json(result.to_dict())
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -283,7 +338,7 @@ def predict(
             bar.update(task, completed=done, total=total)
 
         result = predict_file(model, source, output, chunk_rows=chunk_rows, workspace=ws,
-                              progress=advance, na_values=spellings)
+                              progress=advance, na_values=spellings, runtime=runtime)
     flagged = f"; outside the training range: {result.out_of_range}" if result.out_of_range \
         else ""
     typer.echo(f"{result.rows:,} rows predicted by {result.model} in {result.seconds:.1f} s "

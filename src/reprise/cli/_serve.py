@@ -97,6 +97,10 @@ def serve(
     warmup_idle: Annotated[float, typer.Option(
         help="Seconds a served version may stay idle before a warm-up call with its "
              "example rows (0: never).")] = 300.0,
+    runtime: Annotated[str, typer.Option(
+        help="native (scikit-learn/torch), onnx (the version's ONNX graph in ONNX Runtime; "
+             "the process imports neither) or auto (ONNX when the version has a "
+             "parity-proven graph).")] = "native",
     otel: Annotated[bool, typer.Option(
         "--otel", help="Export OpenTelemetry spans of prediction requests, configured by "
                        "the OTEL_* environment variables (pip install 'reprise-ml[otel]').")
@@ -123,4 +127,4 @@ def serve(
                   slo_availability=slo_availability, slo_latency_ms=slo_latency_ms,
                   slo_latency_target=slo_latency_target, otel=otel, monitor=monitor,
                   monitor_interval=monitor_interval, cache_mb=cache_mb,
-                  warmup_idle=warmup_idle)
+                  warmup_idle=warmup_idle, runtime=runtime)

@@ -32,6 +32,7 @@ _LAZY: dict[str, str] = {
     "is_model_name": "reprise.registry._registry",
     **{name: "reprise.registry._export" for name in (
         "export_docker", "export_kubernetes", "export_mlflow")},
+    "optimize": "reprise.registry._optimize",
     **{name: "reprise.registry._api" for name in (
         "RegistrySource", "archive_model", "audit_log", "delete_model", "describe_model",
         "get_model", "list_models", "load_model", "model_card", "model_lineage", "promote",
@@ -64,6 +65,7 @@ __all__ = [
     "load_model",
     "model_card",
     "model_lineage",
+    "optimize",
     "package_model",
     "promote",
     "read_package",
@@ -95,6 +97,7 @@ if TYPE_CHECKING:
     from reprise.registry._audit import AuditReport
     from reprise.registry._build import package_model
     from reprise.registry._export import export_docker, export_kubernetes, export_mlflow
+    from reprise.registry._optimize import optimize
     from reprise.registry._package import ModelPackage, PackageError, read_package
     from reprise.registry._registry import is_model_name
 

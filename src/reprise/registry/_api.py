@@ -108,14 +108,19 @@ def load_model(ref: str, *, workspace: Any = None) -> ModelPackage:
     return _load(ws, reg.parse_ref(ws, ref))
 
 
-def _load(ws: Any, rec: ModelVersionRecord, folder: Path | None = None) -> ModelPackage:
-    from reprise.store._materializers import materializer_by_name
+def _load(ws: Any, rec: ModelVersionRecord, runtime: str = "native",
+          folder: Path | None = None) -> ModelPackage:
+    """Unpack the version's package (into ``folder``, else a new temporary folder) and
+    read it once, as ``runtime`` says (the package materializer's own load would read it
+    natively first: torch and scikit-learn)."""
+    from reprise.store._path_materializers import DirMaterializer
 
     art = ws.metadata.get_artifact(rec.package_hash)
+    if art.materializer != MATERIALIZER:
+        raise UserError(f"{rec.ref}: artifact {art.hash[:12]} is not a model package")
     folder = folder or Path(tempfile.mkdtemp(prefix="reprise-model-"))
-    materializer_by_name(art.materializer).load(ws.artifacts, art.hash, art.meta,
-                                                dest=folder)
-    return read_package(folder / "package")
+    DirMaterializer().load(ws.artifacts, art.hash, art.meta, dest=folder / "package")
+    return read_package(folder / "package", runtime=runtime)
 
 
 def model_card(ref: str, *, workspace: Any = None) -> dict[str, Any]:
@@ -129,7 +134,7 @@ def model_card(ref: str, *, workspace: Any = None) -> dict[str, Any]:
     ws = _ws(workspace)
     rec = reg.parse_ref(ws, ref)
     with tempfile.TemporaryDirectory(prefix="reprise-model-") as tmp:
-        pkg = _load(ws, rec, Path(tmp))
+        pkg = _load(ws, rec, folder=Path(tmp))
     return {"ref": rec.ref, "package": rec.package_hash, "card": pkg.card,
             "evaluation": pkg.evaluation}
 
@@ -195,7 +200,7 @@ def float_dtype(package: Any) -> str:
     """What float inputs become inside the model: float32 for torch and for
     scikit-learn's trees and tree ensembles (which cast their input), else float64; a
     server refuses inputs that would become infinite."""
-    if package.flavor == "torch":
+    if package.flavor == "torch" or getattr(package, "runtime", "native") == "onnx":
         return "float32"
     model = package.model
     steps = getattr(model, "steps", None)
@@ -221,12 +226,17 @@ class _Loaded:
 class RegistrySource:
     """The registry as a :class:`~reprise.registry.ModelSource` for a server: resolving
     reads the database (cheap enough to poll); loading verifies the package once and
-    keeps it for later calls."""
+    keeps it for later calls. ``runtime``: native, onnx or auto (see
+    :func:`~reprise.registry.read_package`)."""
 
-    def __init__(self, workspace: Any = None) -> None:
+    def __init__(self, workspace: Any = None, *, runtime: str = "native") -> None:
+        from reprise.registry._package import RUNTIMES
         from reprise.tracking._api import resolve_workspace
 
+        if runtime not in RUNTIMES:
+            raise UserError(f"--runtime must be one of {list(RUNTIMES)}; got {runtime!r}")
         self.workspace = resolve_workspace(workspace)
+        self.runtime = runtime
         self._loaded: dict[tuple[str, int], _Loaded] = {}
         self._lock = threading.Lock()
 
@@ -240,7 +250,7 @@ class RegistrySource:
         if hit is not None:
             return hit
         rec = reg.get_version(self.workspace, name, version)
-        loaded = _Loaded(name, version, _load(self.workspace, rec))
+        loaded = _Loaded(name, version, _load(self.workspace, rec, self.runtime))
         with self._lock:
             self._loaded[(name, version)] = loaded
         return loaded

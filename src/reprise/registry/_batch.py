@@ -52,7 +52,7 @@ class PredictResult:
 def predict_file(ref: str, source: str, output: str | os.PathLike[str], *,
                  chunk_rows: int = 50_000, workspace: Any = None,
                  progress: Callable[[int, int | None], None] | None = None,
-                 na_values: Any = None) -> PredictResult:
+                 na_values: Any = None, runtime: str = "native") -> PredictResult:
     """Predict every row of ``source`` with the model ``ref`` into ``output``.
 
     ``source``: a file path (``.csv``/``.tsv`` with optional compression, ``.parquet``,
@@ -60,7 +60,8 @@ def predict_file(ref: str, source: str, output: str | os.PathLike[str], *,
     ``.parquet`` or ``.csv``. ``progress(rows_done, rows_total_or_None)`` is called
     after each chunk. ``na_values``: the text read as a missing value in a CSV or JSON
     Lines input; by default the spellings the model's training data was read with (its
-    signature's ``na_values``), or a dataset version's own.
+    signature's ``na_values``), or a dataset version's own. ``runtime``: native, onnx
+    or auto (an optimised version's ONNX graph; see ``reprise models optimize``).
     """
     from reprise.registry._api import _load, _ws
     from reprise.registry._registry import parse_ref
@@ -72,7 +73,7 @@ def predict_file(ref: str, source: str, output: str | os.PathLike[str], *,
         raise UserError(f"chunk_rows must be a positive integer; got {chunk_rows!r}")
     ws = _ws(workspace)
     rec = parse_ref(ws, ref)
-    pkg = _load(ws, rec)
+    pkg = _load(ws, rec, runtime)
     reader = _Reader(source, ws, chunk_rows, na_values, pkg.signature.na_values)
     t0 = time.perf_counter()
     from reprise.tracking._api import start_run

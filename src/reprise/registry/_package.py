@@ -13,6 +13,9 @@
     environment.json        the Python minor version it was built with
     requirements.txt        name==version of the distributions the model's code paths
                             import (see :mod:`._requirements`); no machine facts
+    model/model.onnx        (an optimised version) one ONNX graph of the preprocessing
+                            and the model (see :mod:`._onnx`), covered by the manifest
+    onnx.json               its inputs/outputs, parity report, quantisation, source
 
 Reading verifies every file against the manifest (a tampered, missing or extra
 file is an error naming it) and loads the model without unpickling: skops with
@@ -65,9 +68,17 @@ class ModelPackage:
     evaluation: dict[str, Any] | None = None
     environment: dict[str, Any] = field(default_factory=dict)
     requirements: list[str] = field(default_factory=list)
+    onnx: bytes | None = None  # the ONNX graph of an optimised version
+    onnx_info: dict[str, Any] | None = None  # its io, parity, quantisation, source
+    runtime: str = "native"  # what predict() runs: native | onnx (as loaded)
+    session: Any = field(default=None, repr=False)  # the ONNX Runtime session (onnx)
 
     def predict(self, columns: dict[str, Any]) -> dict[str, Any]:
         """Output columns for validated input columns (see :mod:`._predict`)."""
+        if self.runtime == "onnx":
+            from reprise.registry._onnx import predict_onnx
+
+            return predict_onnx(self, columns)
         from reprise.registry._predict import predict_columns
 
         return predict_columns(self, columns)
@@ -106,6 +117,9 @@ class ModelPackage:
                                 "environment.json": self.environment}
         if self.evaluation is not None:
             docs["evaluation.json"] = self.evaluation
+        if self.onnx is not None:
+            files["model/model.onnx"] = self.onnx
+            docs["onnx.json"] = self.onnx_info or {}
         for name, doc in docs.items():
             files[name] = _json_bytes(doc)
         files["requirements.txt"] = ("\n".join(self.requirements) + "\n").encode()
@@ -113,7 +127,8 @@ class ModelPackage:
             (folder / rel).parent.mkdir(parents=True, exist_ok=True)
             (folder / rel).write_bytes(data)
         manifest = {"format": FORMAT, "version": FORMAT_VERSION, "flavor": self.flavor,
-                    "input_format": self.input_format,
+                    "input_format": self.input_format, **({"onnx": "model/model.onnx"}
+                                                          if self.onnx is not None else {}),
                     "files": {rel: {"hash": hash_file(folder / rel), "size": len(data)}
                               for rel, data in sorted(files.items())}}
         (folder / "manifest.json").write_bytes(_json_bytes(manifest))
@@ -136,8 +151,21 @@ def _torch_bytes(model: Any) -> bytes:
         return store.get_bytes(h)
 
 
-def read_package(folder: str | Path) -> ModelPackage:
-    """Read and verify the package in ``folder``; see the module docstring."""
+RUNTIMES = ("native", "onnx", "auto")
+
+
+def read_package(folder: str | Path, *, runtime: str = "native") -> ModelPackage:
+    """Read and verify the package in ``folder``; see the module docstring.
+
+    ``runtime``: ``native`` loads the scikit-learn or torch model; ``onnx`` loads only
+    the package's ONNX graph into ONNX Runtime (every file is still verified against
+    the manifest, but neither torch nor scikit-learn is imported); ``auto`` is ``onnx``
+    when the package has a graph whose parity was proved, else ``native``.
+    """
+    if runtime not in RUNTIMES:
+        from reprise.core.errors import UserError
+
+        raise UserError(f"runtime must be one of {list(RUNTIMES)}; got {runtime!r}")
     folder = Path(folder)
     manifest = _manifest(folder)
     listed = manifest["files"]
@@ -156,7 +184,18 @@ def read_package(folder: str | Path) -> ModelPackage:
             raise PackageError(f"model package {folder}: {rel} does not match the hash in its "
                                "manifest; it was altered after it was built. Do not serve it; "
                                "rebuild or re-register the model.")
-    return _load(folder, manifest)
+    has_graph = "onnx" in manifest and "onnx.json" in listed
+    if runtime == "onnx" and not has_graph:
+        from reprise.core.errors import UserError
+
+        raise UserError(f"model package {folder} has no ONNX graph; create an optimised "
+                        "version with `reprise models optimize NAME:VERSION`, or serve it "
+                        "with --runtime native")
+    if runtime == "auto":
+        proved = has_graph and bool((json.loads((folder / "onnx.json").read_bytes())
+                                      .get("parity") or {}).get("passed"))
+        runtime = "onnx" if proved else "native"
+    return _load(folder, manifest, runtime)
 
 
 def _manifest(folder: Path) -> dict[str, Any]:
@@ -178,14 +217,26 @@ def _manifest(folder: Path) -> dict[str, Any]:
     return manifest
 
 
-def _load(folder: Path, manifest: dict[str, Any]) -> ModelPackage:
-    from reprise.store._ml import _loads_estimator
-
+def _load(folder: Path, manifest: dict[str, Any], runtime: str = "native") -> ModelPackage:
     def doc(name: str, default: Any = None) -> Any:
         path = folder / name
         return json.loads(path.read_bytes()) if path.is_file() else default
 
     flavor = manifest["flavor"]
+    graph = (folder / manifest["onnx"]).read_bytes() if "onnx" in manifest else None
+    common = {"signature": Signature.from_dict(doc("signature.json")),
+              "input_format": manifest["input_format"], "example": doc("example.json", []),
+              "card": doc("card.json", {}), "evaluation": doc("evaluation.json"),
+              "environment": doc("environment.json", {}),
+              "requirements": (folder / "requirements.txt").read_text().split(),
+              "onnx": graph, "onnx_info": doc("onnx.json")}
+    if runtime == "onnx":  # the graph only: no torch, no scikit-learn in this process
+        from reprise.registry._onnx import make_session
+
+        return ModelPackage(flavor=flavor, model=None, runtime="onnx",
+                            session=make_session(graph or b""), **common)
+    from reprise.store._ml import _loads_estimator
+
     if flavor == "sklearn":
         model = _loads_estimator((folder / "model/model.skops").read_bytes(),
                                  f"{folder}/model/model.skops", None)
@@ -194,12 +245,7 @@ def _load(folder: Path, manifest: dict[str, Any]) -> ModelPackage:
     prep_path = folder / "preprocessing.skops"
     prep = _loads_estimator(prep_path.read_bytes(), str(prep_path), None) \
         if prep_path.is_file() else None
-    reqs = (folder / "requirements.txt").read_text().split()
-    return ModelPackage(flavor=flavor, model=model, signature=Signature.from_dict(
-        doc("signature.json")), input_format=manifest["input_format"], preprocessing=prep,
-        example=doc("example.json", []), card=doc("card.json", {}),
-        evaluation=doc("evaluation.json"), environment=doc("environment.json", {}),
-        requirements=reqs)
+    return ModelPackage(flavor=flavor, model=model, preprocessing=prep, **common)
 
 
 def _load_torch(path: Path) -> Any:

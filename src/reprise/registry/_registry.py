@@ -112,8 +112,12 @@ def parse_ref(ws: Any, ref: str) -> ModelVersionRecord:
 
 
 def register_package(ws: Any, name: str, package_hash: str, *, run_id: str | None,
-                     package: Any, step: str | None = None) -> tuple[ModelVersionRecord, bool]:
-    """Register a stored package under ``name``; ``(version, created)``."""
+                     package: Any, step: str | None = None,
+                     source: ModelVersionRecord | None = None
+                     ) -> tuple[ModelVersionRecord, bool]:
+    """Register a stored package under ``name``; ``(version, created)``. With ``source``
+    (an optimised variant of that version): lineage to it, and the audit event is
+    ``model.optimize``."""
     _check_name("model name", name)
     card = package.card
     gates = card.get("gates") or {}
@@ -127,8 +131,20 @@ def register_package(ws: Any, name: str, package_hash: str, *, run_id: str | Non
                                 meta=meta)
     payload = {"package": package_hash, "run": run_id, "step": step,
                "gates_passed": gates.get("passed")}
+    action = "register"
+    if source is not None:
+        info = package.onnx_info or {}
+        meta.update(source_version=source.version, source_package=source.package_hash,
+                    lineage=source.meta.get("lineage"),
+                    onnx={"parity": (info.get("parity") or {}).get("passed"),
+                          "quantize": (info.get("quantization") or {}).get("method"),
+                          "report": info.get("parity"),
+                          "gate": (info.get("quantization") or {}).get("gate")})
+        payload.update(source=source.ref, onnx={k: meta["onnx"][k]
+                                                for k in ("parity", "quantize")})
+        action = "model.optimize"
     return ws.metadata.add_model_version(  # type: ignore[no-any-return]
-        record, (actor(), "register", name, payload))
+        record, (actor(), action, name, payload))
 
 
 def _lineage_summary(ws: Any, run_id: str) -> dict[str, Any]:

@@ -1,0 +1,210 @@
+"""Native vs ONNX Runtime vs ONNX int8 serving and batch prediction (issue 18).
+
+Two models on the breast-cancer data (as the demo's): a scikit-learn pipeline
+(StandardScaler + LogisticRegression) and the demo's MLP (30-32-32-2, with its fitted
+scaler). Each is registered, then ``optimize``d to ONNX and to ONNX dynamic int8.
+For each of the 2 x 3 versions, a real ``reprise serve NAME:V --runtime R`` process:
+cold start (spawn to ``/readyz``), single-row JSON requests/s at concurrency 1 and 32
+(httpx async clients in this process, answers checked), and the server's RSS after the
+load; then batch prediction rows/s in this process (validated columns, 50,000-row
+chunks, as ``reprise predict`` does). Medians over repeats; servers take turns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import WORK, finish  # noqa: E402
+
+RUNTIMES = ("native", "onnx", "int8")
+ATOL = {"sk": 1e-5, "mlp": 1e-5}  # the default parity tolerance
+
+
+def _models(root: Path) -> dict[str, dict[str, int]]:
+    """Register both models and their two ONNX variants; ``{model: {runtime: version}}``."""
+    import numpy as np
+    import pandas as pd
+    import torch
+    from sklearn.datasets import load_breast_cancer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    import reprise
+    from reprise.registry import optimize, package_model, register_package
+
+    ws = reprise.init(root)
+    data = load_breast_cancer(as_frame=True)
+    x = data.data.rename(columns=lambda c: c.replace(" ", "_"))
+    y = np.asarray(data.target)
+    gates = {"metrics": {}, "gates": {"passed": True, "results": []}}
+    pipe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)).fit(x, y)
+    register_package("sk", package_model(pipe, sample=x, evaluation=gates), workspace=ws)
+    prep = StandardScaler().fit(x)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(30, 32), torch.nn.ReLU(), torch.nn.Dropout(0.1),
+                              torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
+    xt, yt = torch.tensor(np.array(prep.transform(x)), dtype=torch.float32), torch.tensor(y)
+    opt = torch.optim.Adam(net.parameters(), lr=0.01)
+    for _ in range(100):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(xt), yt).backward()
+        opt.step()
+    net.eval()
+    register_package("mlp", package_model(net, sample=x, target=y, preprocessing=prep,
+                                          evaluation=gates), workspace=ws)
+    out = {}
+    for name in ("sk", "mlp"):
+        v_onnx = optimize(name, 1, atol=ATOL[name], workspace=ws).version
+        v_int8 = optimize(name, 1, quantize="dynamic-int8", holdout=x, holdout_target=y,
+                          atol=ATOL[name], workspace=ws).version
+        out[name] = {"native": 1, "onnx": v_onnx, "int8": v_int8}
+    ws.close()
+    pd.DataFrame(x).head(1).to_json(root / "row.json", orient="records")
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _serve(root: Path, name: str, version: int, runtime: str
+           ) -> tuple[subprocess.Popen[bytes], str, float]:
+    import httpx
+
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REPRISE_")}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reprise.cli", "serve", f"{name}:{version}", "--port",
+         str(port), "--runtime", "native" if runtime == "native" else "onnx",
+         "--no-request-log", "--log-level", "warning"], cwd=root, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server {name}:{version} ({runtime}) exited")
+        try:
+            if httpx.get(url + "/readyz", timeout=1).status_code == 200:
+                return proc, url, time.perf_counter() - t0
+        except httpx.TransportError:
+            pass
+        time.sleep(0.01)
+
+
+async def _load(url: str, body: bytes, concurrency: int, seconds: float) -> float:
+    import httpx
+
+    done = 0
+    stop = time.perf_counter() + seconds
+    limits = httpx.Limits(max_connections=concurrency)
+    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
+        async def worker() -> None:
+            nonlocal done
+            while time.perf_counter() < stop:
+                r = await client.post(url, content=body,
+                                      headers={"content-type": "application/json"})
+                if r.status_code != 200:
+                    raise RuntimeError(f"{r.status_code}: {r.text[:200]}")
+                done += 1
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        return done / (time.perf_counter() - t0)
+
+
+def _batch_rows_per_s(root: Path, name: str, version: int, runtime: str, rows: int) -> float:
+    import numpy as np
+
+    from reprise.registry._api import _load as load_version
+    from reprise.registry._api import _ws
+    from reprise.registry._registry import get_version
+
+    ws = _ws(root)
+    pkg = load_version(ws, get_version(ws, name, version),
+                       "native" if runtime == "native" else "onnx")
+    rng = np.random.default_rng(0)
+    chunk = 50_000
+    cols = {f.name: rng.uniform(f.min, f.max, chunk) for f in pkg.signature.inputs}
+    t0 = time.perf_counter()
+    done = 0
+    while done < rows:
+        out = pkg.predict(cols)
+        done += len(out["prediction"])
+    return done / (time.perf_counter() - t0)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="one round, no result file")
+    ap.add_argument("--rows", type=int, default=1_000_000, help="batch rows per case")
+    args = ap.parse_args(argv)
+    repeats, seconds = (1, 1.5) if args.quick else (3, 4.0)
+    rows = 100_000 if args.quick else args.rows
+    root = WORK / "onnx"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    versions = _models(root)
+    body = ("[" + (root / "row.json").read_text().strip()[1:-1] + "]").encode()
+    samples: dict[str, list[float]] = {}
+    for _ in range(repeats):
+        for name, by_runtime in versions.items():
+            for runtime, version in by_runtime.items():
+                proc, url, cold = _serve(root, name, version, runtime)
+                try:
+                    path = f"{url}/v1/models/{name}/predict"
+                    asyncio.run(_load(path, body, 4, 0.5))  # warm the connections
+                    c1 = asyncio.run(_load(path, body, 1, seconds))
+                    c32 = asyncio.run(_load(path, body, 32, seconds))
+                    rss = _rss_mb(proc.pid)
+                finally:
+                    proc.send_signal(signal.SIGINT)
+                    proc.wait(30)
+                key = f"{name}.{runtime}"
+                for metric, value in (("cold_start_s", cold), ("req_per_s_c1", c1),
+                                      ("req_per_s_c32", c32), ("rss_mb", rss)):
+                    samples.setdefault(f"{key}.{metric}", []).append(value)
+                samples.setdefault(f"{key}.batch_rows_per_s", []).append(
+                    _batch_rows_per_s(root, name, version, runtime, rows))
+    figures = {k: statistics.median(v) for k, v in samples.items()}
+    ratios = {}
+    for name in versions:
+        for runtime in ("onnx", "int8"):
+            for metric in ("req_per_s_c1", "req_per_s_c32", "batch_rows_per_s"):
+                ratios[f"{name}.{runtime}_vs_native.{metric}"] = (
+                    figures[f"{name}.{runtime}.{metric}"] / figures[f"{name}.native.{metric}"])
+            ratios[f"{name}.{runtime}_vs_native.rss"] = (
+                figures[f"{name}.{runtime}.rss_mb"] / figures[f"{name}.native.rss_mb"])
+    result = {"figures": figures, "ratios": ratios, "samples": samples,
+              "settings": {"parity_atol": ATOL, "repeats": repeats, "load_seconds": seconds,
+                           "batch_rows": rows,
+                           "ort_threads": os.environ.get("REPRISE_ORT_THREADS", "all CPUs")},
+              "goals": {"mlp.onnx_vs_native.req_per_s_c32": ">= 2",
+                        "mlp.onnx_vs_native.batch_rows_per_s": ">= 2",
+                        "mlp.onnx.cold_start_s": "<= 1.5", "mlp.onnx.rss_mb": "< 250"}}
+    return finish("onnx", result, quick=args.quick)
+
+
+if __name__ == "__main__":
+    main()

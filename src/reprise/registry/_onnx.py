@@ -1,0 +1,287 @@
+"""One ONNX graph for a package's fitted preprocessing and model, and running it.
+
+* scikit-learn (a Pipeline, or an estimator with ``preprocessing=``): skl2onnx converts
+  the whole chain in one graph (scalers, encoders, linear models, trees, boosting...).
+* torch: the module (with a softmax for a classifier) is exported by
+  ``torch.onnx.export``; fitted scikit-learn preprocessing is converted by skl2onnx and
+  the two graphs are joined with ``onnx.compose.merge_models``. The preprocessing stays
+  the converter's (not rewritten by hand in torch), so whatever skl2onnx supports for a
+  scikit-learn package it supports in front of a network too.
+
+The graph takes the signature's columns (one ``[n, 1]`` input per column when the model
+was fitted on a DataFrame, else one ``[n, k]`` float matrix, or the tensor) and answers
+probabilities (labels are the signature's classes at their argmax, the native rule) or
+a regression prediction. :func:`predict_onnx` needs only numpy and onnxruntime: a
+server of an ONNX package imports neither torch nor scikit-learn.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from reprise.core.errors import UserError
+
+__all__ = ["OPSET", "convert", "make_session", "predict_onnx", "tidy_opsets"]
+
+OPSET = 18
+ML_OPSET = 3
+
+
+def convert(pkg: Any) -> tuple[bytes, dict[str, Any]]:
+    """The ONNX graph of ``pkg`` (bytes) and how to feed it and read it (``io``)."""
+    if pkg.flavor == "sklearn":
+        return _from_sklearn(pkg)
+    return _from_torch(pkg)
+
+
+# -- inputs -----------------------------------------------------------------------------
+
+def _inputs(pkg: Any) -> list[dict[str, Any]]:
+    """The graph's inputs: ``{"name", "kind": column|matrix|tensor, "columns", "dtype"}``."""
+    sig = pkg.signature
+    if pkg.input_format == "frame" and _by_column(pkg):
+        return [{"name": f.name, "kind": "column", "columns": [f.name],
+                 "dtype": "string" if f.dtype == "string" else "float32"}
+                for f in sig.inputs]
+    if pkg.input_format == "tensor":
+        return [{"name": "X", "kind": "tensor", "columns": [sig.inputs[0].name],
+                 "dtype": "float32", "shape": list(sig.inputs[0].shape or ())}]
+    if any(f.dtype == "string" for f in sig.inputs):
+        raise UserError("an array-fitted model with text columns cannot be converted to "
+                        "ONNX; fit the encoder on a DataFrame (a ColumnTransformer)")
+    return [{"name": "X", "kind": "matrix", "columns": list(sig.names), "dtype": "float32"}]
+
+
+def _by_column(pkg: Any) -> bool:
+    """One input per column when a ColumnTransformer (or text) comes first; else the
+    numeric columns as one matrix, which every skl2onnx converter takes."""
+    first = pkg.preprocessing if pkg.preprocessing is not None else pkg.model
+    while getattr(first, "steps", None):
+        first = first.steps[0][1]
+    return (type(first).__name__ == "ColumnTransformer"
+            or any(f.dtype == "string" for f in pkg.signature.inputs))
+
+
+def _initial_types(inputs: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    from skl2onnx.common.data_types import FloatTensorType, StringTensorType
+
+    out: list[tuple[str, Any]] = []
+    for inp in inputs:
+        if inp["kind"] == "column":
+            t = StringTensorType if inp["dtype"] == "string" else FloatTensorType
+            out.append((inp["name"], t([None, 1])))
+        elif inp["kind"] == "matrix":
+            out.append((inp["name"], FloatTensorType([None, len(inp["columns"])])))
+        else:
+            out.append((inp["name"], FloatTensorType([None, *inp["shape"]])))
+    return out
+
+
+def feeds(io: dict[str, Any], columns: dict[str, Any]) -> dict[str, Any]:
+    """The graph's input arrays for validated columns."""
+    import numpy as np
+
+    out: dict[str, Any] = {}
+    for inp in io["inputs"]:
+        if inp["kind"] == "column":
+            values = columns[inp["columns"][0]]
+            if inp["dtype"] == "string":
+                arr = np.asarray(["" if v is None else str(v) for v in values], dtype=object)
+            else:
+                arr = np.asarray(values, dtype=np.float32)
+            out[inp["name"]] = arr.reshape(-1, 1)
+        elif inp["kind"] == "matrix":
+            out[inp["name"]] = np.column_stack(
+                [np.asarray(columns[c], dtype=np.float32) for c in inp["columns"]])
+        else:
+            out[inp["name"]] = np.asarray(columns[inp["columns"][0]], dtype=np.float32)
+    return out
+
+
+# -- scikit-learn -----------------------------------------------------------------------
+
+def _sklearn_chain(pkg: Any) -> Any:
+    if pkg.preprocessing is None:
+        return pkg.model
+    from sklearn.pipeline import Pipeline
+
+    return Pipeline([("preprocessing", pkg.preprocessing), ("model", pkg.model)])
+
+
+def _parts(est: Any) -> list[Any]:
+    """``est`` and every estimator inside it (Pipeline steps, ColumnTransformer parts)."""
+    found = [est]
+    for _, step in getattr(est, "steps", []) or []:
+        found += _parts(step)
+    for _, part, _ in getattr(est, "transformers_", []) or []:
+        if not isinstance(part, str):
+            found += _parts(part)
+    for _, part in getattr(est, "transformer_list", []) or []:
+        found += _parts(part)
+    return found
+
+
+def _unsupported(est: Any) -> list[str]:
+    from skl2onnx._supported_operators import sklearn_operator_name_map
+
+    containers = {"Pipeline", "ColumnTransformer", "FeatureUnion"}
+    return sorted({type(p).__name__ for p in _parts(est)
+                   if type(p) not in sklearn_operator_name_map
+                   and type(p).__name__ not in containers})
+
+
+def _from_sklearn(pkg: Any) -> tuple[bytes, dict[str, Any]]:
+    graph = _sklearn_graph(pkg, _sklearn_chain(pkg), final=True)
+    outputs = [o.name for o in graph.graph.output]
+    if pkg.signature.task == "regression":
+        io = {"prediction": outputs[0], "probabilities": None, "label": None}
+    else:
+        io = {"prediction": None, "label": outputs[0],
+              "probabilities": outputs[1] if len(outputs) > 1 else None}
+    return graph.SerializeToString(), {"inputs": _inputs(pkg), "outputs": io}
+
+
+def _sklearn_graph(pkg: Any, est: Any, *, final: bool) -> Any:
+    from skl2onnx import convert_sklearn
+
+    missing = _unsupported(est)
+    if missing:
+        raise UserError(f"cannot convert to ONNX: skl2onnx has no converter for "
+                        f"{', '.join(missing)}; the model stays servable with "
+                        "--runtime native")
+    options: dict[Any, Any] = {}
+    last = est.steps[-1][1] if hasattr(est, "steps") else est
+    if final and hasattr(last, "predict_proba"):
+        options[id(last)] = {"zipmap": False}
+    try:
+        return convert_sklearn(est, initial_types=_initial_types(_inputs(pkg)),
+                               options=options, target_opset={"": OPSET,
+                                                              "ai.onnx.ml": ML_OPSET})
+    except Exception as exc:  # the converter's own refusal, with its reason
+        raise UserError(f"cannot convert {type(est).__name__} to ONNX ({type(exc).__name__}: "
+                        f"{str(exc)[:300]}); the model stays servable with --runtime native") from None
+
+
+# -- torch ------------------------------------------------------------------------------
+
+def _from_torch(pkg: Any) -> tuple[bytes, dict[str, Any]]:
+    import tempfile
+    import warnings
+    from pathlib import Path
+
+    import numpy as np
+    import onnx
+    import torch
+
+    inputs = _inputs(pkg)
+    classifier = pkg.signature.task != "regression"
+    net = torch.nn.Sequential(pkg.model, torch.nn.Softmax(dim=1)) if classifier \
+        else pkg.model
+    if pkg.preprocessing is not None:
+        from reprise.registry._predict import _inputs as native_inputs
+
+        cols = pkg.signature.validate_records(pkg.example).columns
+        width = np.asarray(pkg.preprocessing.transform(native_inputs(pkg, cols))).shape[1]
+        shape = [width]
+    else:
+        shape = inputs[0].get("shape") or [len(inputs[0]["columns"])]
+    out_name = "probabilities" if classifier else "prediction"
+    was_training = pkg.model.training
+    net.eval()
+    try:
+        with warnings.catch_warnings(), tempfile.TemporaryDirectory() as tmp:
+            warnings.simplefilter("ignore")  # the TorchScript exporter: deprecated, not gone
+            path = Path(tmp) / "net.onnx"
+            torch.onnx.export(net, (torch.zeros(2, *shape),), path, input_names=["input"],
+                              output_names=[out_name], opset_version=OPSET, dynamo=False,
+                              dynamic_axes={"input": {0: "n"}, out_name: {0: "n"}})
+            graph = onnx.load_from_string(path.read_bytes())
+    except Exception as exc:
+        raise UserError(f"torch.onnx.export cannot export {type(pkg.model).__name__} "
+                        f"({type(exc).__name__}: {exc}); the model stays servable with "
+                        "--runtime native") from None
+    finally:
+        pkg.model.train(was_training)  # the wrapper's mode would leak into the model
+    if pkg.preprocessing is None:
+        graph.graph.input[0].name = "X"
+        for node in graph.graph.node:
+            node.input[:] = ["X" if i == "input" else i for i in node.input]
+    else:
+        graph = _merge(pkg, graph)
+        out_name = "net_" + out_name
+    io = {"prediction": out_name if not classifier else None, "label": None,
+          "probabilities": out_name if classifier else None}
+    return graph.SerializeToString(), {"inputs": inputs, "outputs": io}
+
+
+def _merge(pkg: Any, net: Any) -> Any:
+    """skl2onnx's graph of the preprocessing, its output feeding the network's input."""
+    from onnx import compose
+
+    prep = _sklearn_graph(pkg, pkg.preprocessing, final=False)
+    net = compose.add_prefix(net, "net_")
+    net.ir_version = prep.ir_version
+    merged = compose.merge_models(prep, net, io_map=[(prep.graph.output[0].name, "net_input")])
+    return tidy_opsets(merged)
+
+
+def tidy_opsets(model: Any) -> Any:
+    """Each domain once, at its highest version, and the default domain present (graphs
+    merged or made of ai.onnx.ml operators alone may lack it or list it twice, which ONNX
+    Runtime's quantiser refuses)."""
+    versions: dict[str, int] = {"": OPSET}
+    for entry in model.opset_import:
+        domain = "" if entry.domain == "ai.onnx" else entry.domain
+        versions[domain] = max(versions.get(domain, 0), entry.version)
+    del model.opset_import[:]
+    for domain, version in sorted(versions.items()):
+        model.opset_import.add(domain=domain, version=version)
+    return model
+
+
+# -- running ----------------------------------------------------------------------------
+
+def threads() -> int:
+    """ONNX Runtime's intra-op threads: the CPUs this process may use
+    (``REPRISE_ORT_THREADS`` overrides)."""
+    given = os.environ.get("REPRISE_ORT_THREADS")
+    if given and given.isdigit() and int(given) > 0:
+        return int(given)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def make_session(graph: bytes) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads()
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts.log_severity_level = 3
+    # idle intra-op threads sleep instead of spinning: on a small machine a spinning pool
+    # takes the cores that parse requests (the server) or send them (the clients)
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(graph, sess_options=opts, providers=["CPUExecutionProvider"])
+
+
+def predict_onnx(pkg: Any, columns: dict[str, Any]) -> dict[str, Any]:
+    """Output columns, as :func:`reprise.registry._predict.predict_columns` answers them."""
+    import numpy as np
+
+    io = pkg.onnx_info
+    outs = io["outputs"]
+    names = [n for n in (outs["prediction"], outs["probabilities"], outs["label"]) if n]
+    got = dict(zip(names, pkg.session.run(names, feeds(io, columns)), strict=True))
+    if pkg.signature.task == "regression":
+        pred = np.asarray(got[outs["prediction"]])
+        return {"prediction": pred.reshape(pred.shape[0], -1)[:, 0].astype(np.float64)}
+    classes = np.asarray(pkg.signature.classes)
+    if outs["probabilities"] is None:
+        return {"prediction": np.asarray(got[outs["label"]]).reshape(-1)}
+    proba = np.asarray(got[outs["probabilities"]], dtype=np.float64)
+    return {"prediction": classes[proba.argmax(axis=1)], "probabilities": proba}
