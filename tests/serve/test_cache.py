@@ -296,11 +296,15 @@ def test_concurrent_clients_across_hot_swaps_get_their_versions_answers() -> Non
         m.delay = 0.001
     tiny = Settings(poll_interval=0.01, cache_mb=0.002, warmup_idle=0)  # ~2 KB: evicting
 
+    moved = asyncio.Event()
+
     async def client(c: Any, k: int, answers: list[tuple[int, Any]]) -> None:
         rng = random.Random(k)
-        for _ in range(40):
+        n = 0  # at least 40 requests each, and on until both moves are done (a fast
+        while n < 40 or not moved.is_set():  # client would otherwise see one version)
             i = rng.randrange(12)
             answers.append((i, await c.post("/v1/models/churn/predict", json=[_row(i)])))
+            n += 1
 
     async def mover(state: Any) -> None:
         for target in (2, 1):
@@ -308,6 +312,8 @@ def test_concurrent_clients_across_hot_swaps_get_their_versions_answers() -> Non
             source.aliases["churn@production"] = target
             await wait_until(lambda t=target: state.table.by_ref["churn@production"]
                              .version == t)
+            await asyncio.sleep(0.05)  # some answers from each version
+        moved.set()
 
     async def main() -> tuple[list[tuple[int, Any]], Any]:
         answers: list[tuple[int, Any]] = []
