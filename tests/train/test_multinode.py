@@ -301,8 +301,8 @@ def test_the_torchrun_command_of_a_node(tmp_path: Path) -> None:
     assert options == ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                        "127.0.0.1:29400", "--rdzv-id", "j-1", "--max-restarts", "0",
                        "--rdzv-conf", "is_host=false", "--local-addr", "127.0.0.1",
-                       "--nproc-per-node", "4", str(JOB)]
-    assert rest == ["--nnodes", "9"]  # the script's own arguments, untouched
+                       "--nproc-per-node", "4", "-m", "reprise.train._rank"]
+    assert rest == [str(JOB), "--nnodes", "9"]  # the script, its arguments untouched
     far = rendezvous(nnodes=3, node_rank=0, rdzv_endpoint="[fd00::1]:7")
     assert far is not None and not far.loopback and (far.host, far.port) == ("fd00::1", 7)
     assert "is_host=true" in far.torchrun_options()

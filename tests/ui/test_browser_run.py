@@ -171,8 +171,10 @@ def test_the_gallery_runs_previews_and_system_metrics(page: RunBrowser,
                                                       built: dict[str, Any]) -> None:
     p = page.goto(f"/run?id={built['gallery_run']}")
     _chart(p, "loss").locator("path.js-line").first.wait_for()
+    # attached, not "visible": a series that held one value (a machine's CPU share can)
+    # is a flat line, whose box has no height, and Playwright calls that hidden
     p.locator("section.system .metric-chart[data-key='system/cpu_percent'] path.js-line"
-              ).first.wait_for()
+              ).first.wait_for(state="attached")
     preview = p.locator(".artifact-preview")
     p.get_by_role("button", name="reports/curve.png").click()
     image = preview.locator("img.artifact-image")

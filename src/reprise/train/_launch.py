@@ -188,8 +188,9 @@ def torchrun_command(script: str | os.PathLike[str], args: Sequence[str], nproc:
                    "--master-addr", "127.0.0.1", "--master-port", str(port or _free_port())]
     else:
         options = [*rdzv.torchrun_options(), "--nproc-per-node", str(nproc)]
-    options.append(str(script))
-    return [sys.executable, "-c", _TORCHRUN, str(len(options)), *options, *args]
+    # each rank runs the script through reprise.train._rank (see there why)
+    options += ["-m", "reprise.train._rank"]
+    return [sys.executable, "-c", _TORCHRUN, str(len(options)), *options, str(script), *args]
 
 
 def launch(script: str | os.PathLike[str], args: Sequence[str] = (), *, nproc: int = 1,
