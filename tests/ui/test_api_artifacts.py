@@ -20,6 +20,7 @@ pytest.importorskip("fastapi")
 import httpx  # noqa: E402
 
 from reprise.ui import create_app  # noqa: E402
+from tests.ui.test_api import Api  # noqa: E402
 
 XSS = "<script>alert(1)</script>"
 CSV = "id,label,score\n" + "".join(f"{i},{i % 2},{i / 10}\n" for i in range(50))
@@ -33,22 +34,6 @@ def _run(coro: Any) -> Any:
 
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coro).result()
-
-
-class Api:
-    """A synchronous face on httpx's ASGI transport (no sockets)."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    def get(self, path: str, **kw: Any) -> httpx.Response:
-        async def go() -> httpx.Response:
-            transport = httpx.ASGITransport(app=self.app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
-                return await c.get(path, **kw)
-
-        response: httpx.Response = _run(go())
-        return response
 
 
 @pytest.fixture

@@ -17,19 +17,10 @@ from reprise import Dataset, step
 pytest.importorskip("fastapi")
 
 from reprise.ui import create_app  # noqa: E402
-from tests.ui.test_api import XSS  # noqa: E402
-from tests.ui.test_api import Api as _Api  # noqa: E402
-
-
-class Api(_Api):
-    """test_api's client, each request in a thread of its own: in a process whose browser
-    tests started Playwright's event loop, asyncio.run cannot run in the main thread."""
-
-    def get(self, path: str, **kw: Any) -> Any:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(1) as pool:
-            return pool.submit(super().get, path, **kw).result()
+from tests.ui.test_api import (
+    XSS,  # noqa: E402
+    Api,  # noqa: E402
+)
 
 
 @step

@@ -6,7 +6,6 @@ another site could send, audited with their reason when allowed."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -21,34 +20,9 @@ import httpx  # noqa: E402
 
 from reprise.registry import audit_log, package_model, promote, register_package  # noqa: E402
 from reprise.ui import create_app  # noqa: E402
+from tests.ui.test_api import Api  # noqa: E402
 
 XSS = "<script>alert(1)</script>"
-
-
-class Api:
-    """A synchronous face on httpx's ASGI transport (no sockets). Each request runs its
-    own event loop in a worker thread: the browser tests' Playwright keeps a loop running
-    in this thread for the rest of the session."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        from concurrent.futures import ThreadPoolExecutor
-
-        async def go() -> httpx.Response:
-            transport = httpx.ASGITransport(app=self.app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
-                return await c.request(method, path, **kw)
-
-        with ThreadPoolExecutor(1) as pool:
-            return pool.submit(lambda: asyncio.run(go())).result()
-
-    def get(self, path: str, **kw: Any) -> httpx.Response:
-        return self.request("GET", path, **kw)
-
-    def post(self, path: str, **kw: Any) -> httpx.Response:
-        return self.request("POST", path, **kw)
 
 
 def _package(c: float, gates: bool) -> Any:
