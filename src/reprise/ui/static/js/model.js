@@ -32,8 +32,8 @@ R.page(async (main) => {
   const chosen = Number(q.get("version")) || pickVersion(model);
   if (chosen) main.append(await versionSection(model.name, chosen));
   const log = R.h("div", {});
-  main.append(R.section("Audit log", auditStatus(check), log));
-  await eventsPage(log, model.name, 0);
+  main.append(R.section("Audit log", R.auditStatus(check, "Verification of the whole log: "), log));
+  await R.auditLog(log, { model: model.name, size: EVENTS_PAGE, reason: true });
 });
 
 /** The version shown by default: the one production holds, else the newest. */
@@ -249,30 +249,4 @@ function reportPart(name, version) {
   return box;
 }
 
-function auditStatus(check) {
-  const line = R.h("p", { class: "audit-status" }, "Verification of the whole log: ", R.badge(check.status), " ",
-    check.events + " event(s); head ", R.h("code", {}, check.head.slice(0, 16)));
-  if (check.ok) return line;
-  return R.h("div", {}, line, R.h("ul", { class: "problems" },
-    check.problems.map(p => R.h("li", {}, p.kind + ": " + p.message))));
-}
 
-async function eventsPage(box, name, offset) {
-  const page = await R.api("/audit?model=" + encodeURIComponent(name) + "&limit=" + EVENTS_PAGE + "&offset=" + offset);
-  const prev = R.h("button", { disabled: offset === 0,
-    onclick: () => eventsPage(box, name, Math.max(0, offset - EVENTS_PAGE)) }, "Newer");
-  const next = R.h("button", { disabled: offset + EVENTS_PAGE >= page.total,
-    onclick: () => eventsPage(box, name, offset + EVENTS_PAGE) }, "Older");
-  const shown = page.total ? (offset + 1) + "–" + (offset + page.events.length) + " of " + page.total : "no events";
-  box.replaceChildren(
-    R.h("div", { class: "toolbar" }, prev, next, R.h("span", { class: "muted" }, shown)),
-    R.table([
-      { label: "#", get: e => e.seq },
-      { label: "Time", get: e => R.time(e.time) },
-      { label: "Actor", get: e => e.actor },
-      { label: "Action", get: e => e.action },
-      { label: "Subject", get: e => e.subject },
-      { label: "Reason", class: "wrap", get: e => e.payload.reason || "—" },
-      { label: "Details", class: "wrap mono", get: e => JSON.stringify(e.payload) },
-    ], page.events, { class: "audit" }));
-}

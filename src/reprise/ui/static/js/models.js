@@ -19,36 +19,11 @@ R.page(async (main) => {
     ], data.models, { class: "models" })));
   }
   const log = R.h("div", {});
-  main.append(R.section("Audit log", auditStatus(check), log));
-  await auditPage(log, 0);
+  main.append(R.section("Audit log", R.auditStatus(check), log));
+  await R.auditLog(log, { size: AUDIT_PAGE, subject: e => R.h("a", {
+    href: R.link("model", { name: e.subject.split(/[@:]/)[0] }) }, e.subject) });
 });
 
-/** The audit log's verification: "intact" with a badge, or each problem found. */
-function auditStatus(check) {
-  const line = R.h("p", { class: "audit-status" }, "Verification: ", R.badge(check.status), " ",
-    check.events + " event(s); head ", R.h("code", {}, check.head.slice(0, 16)));
-  if (check.ok) return line;
-  return R.h("div", {}, line, R.h("ul", { class: "problems" },
-    check.problems.map(p => R.h("li", {}, p.kind + ": " + p.message))));
-}
 
 const AUDIT_PAGE = 25;
 
-async function auditPage(box, offset) {
-  const page = await R.api("/audit?limit=" + AUDIT_PAGE + "&offset=" + offset);
-  const prev = R.h("button", { disabled: offset === 0,
-    onclick: () => auditPage(box, Math.max(0, offset - AUDIT_PAGE)) }, "Newer");
-  const next = R.h("button", { disabled: offset + AUDIT_PAGE >= page.total,
-    onclick: () => auditPage(box, offset + AUDIT_PAGE) }, "Older");
-  const shown = page.total ? (offset + 1) + "–" + (offset + page.events.length) + " of " + page.total : "no events";
-  box.replaceChildren(
-    R.h("div", { class: "toolbar" }, prev, next, R.h("span", { class: "muted" }, shown)),
-    R.table([
-      { label: "#", get: e => e.seq },
-      { label: "Time", get: e => R.time(e.time) },
-      { label: "Actor", get: e => e.actor },
-      { label: "Action", get: e => e.action },
-      { label: "Subject", get: e => R.h("a", { href: R.link("model", { name: e.subject.split(/[@:]/)[0] }) }, e.subject) },
-      { label: "Details", class: "wrap mono", get: e => JSON.stringify(e.payload) },
-    ], page.events, { class: "audit" }));
-}

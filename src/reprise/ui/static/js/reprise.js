@@ -198,3 +198,40 @@ R.download = async (path, filename) => {
   a.remove();
   setTimeout(() => URL.revokeObjectURL(url), 10000);
 };
+
+/** The audit log, a page at a time, into ``box``: newest first, Newer/Older buttons.
+    opts: {model (only its events), size (events a page), subject(e) (the Subject cell),
+    reason (a Reason column)}. The models and model pages both show it. */
+R.auditLog = async function auditLog(box, opts, offset = 0) {
+  const size = opts.size || 20;
+  const query = (opts.model ? "model=" + encodeURIComponent(opts.model) + "&" : "") +
+    "limit=" + size + "&offset=" + offset;
+  const page = await R.api("/audit?" + query);
+  const prev = R.h("button", { disabled: offset === 0,
+    onclick: () => R.auditLog(box, opts, Math.max(0, offset - size)) }, "Newer");
+  const next = R.h("button", { disabled: offset + size >= page.total,
+    onclick: () => R.auditLog(box, opts, offset + size) }, "Older");
+  const shown = page.total ? (offset + 1) + "–" + (offset + page.events.length) + " of " + page.total : "no events";
+  const cols = [
+    { label: "#", get: e => e.seq },
+    { label: "Time", get: e => R.time(e.time) },
+    { label: "Actor", get: e => e.actor },
+    { label: "Action", get: e => e.action },
+    { label: "Subject", get: opts.subject || (e => e.subject) },
+  ];
+  if (opts.reason) cols.push({ label: "Reason", class: "wrap", get: e => e.payload.reason || "—" });
+  cols.push({ label: "Details", class: "wrap mono", get: e => JSON.stringify(e.payload) });
+  box.replaceChildren(
+    R.h("div", { class: "toolbar" }, prev, next, R.h("span", { class: "muted" }, shown)),
+    R.table(cols, page.events, { class: "audit" }));
+};
+
+/** The audit log's verification: ``label`` ("Verification: "), "intact" with a badge,
+    or each problem found. */
+R.auditStatus = function auditStatus(check, label = "Verification: ") {
+  const line = R.h("p", { class: "audit-status" }, label, R.badge(check.status), " ",
+    check.events + " event(s); head ", R.h("code", {}, check.head.slice(0, 16)));
+  if (check.ok) return line;
+  return R.h("div", {}, line, R.h("ul", { class: "problems" },
+    check.problems.map(p => R.h("li", {}, p.kind + ": " + p.message))));
+};
