@@ -20,8 +20,6 @@ R.page(async (main) => {
   const runs = data.runs;
   const color = i => COLORS[i % COLORS.length];
   const label = (r) => `${r.name} · ${r.id.slice(-6)}`;
-  // Plotly reads a few HTML tags in its texts: entities keep a name exactly as written
-  const plain = s => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
   const runHeads = () => runs.map((r, i) => h("th", { class: "run-col" },
     h("span", { class: "swatch", style: `background:${color(i)}` }), label(r)));
 
@@ -82,10 +80,10 @@ R.page(async (main) => {
     charts.append(h("div", { class: "chart-box" }, div));
     const all = await Promise.all(runs.map(r => series(r.id, key)));
     const traces = all.map((s, i) => ({
-      x: s.xs, y: s.ys, name: plain(label(runs[i])), type: "scatter",
+      x: s.xs, y: s.ys, name: R.plotText(label(runs[i])), type: "scatter",
       mode: s.xs.length > 1 ? "lines" : "lines+markers", line: { color: color(i), width: 1.5 },
     }));
-    await R.chart(div, traces, { title: { text: plain(key), font: { size: 13 } },
+    await R.chart(div, traces, { title: { text: R.plotText(key), font: { size: 13 } },
       xaxis: { title: { text: "step" } }, showlegend: true, margin: { l: 55, r: 20, t: 30, b: 70 },
       legend: { orientation: "h", y: -0.28 } });
   }

@@ -3,9 +3,6 @@
    column), its other versions, and the diff of any two versions (`reprise data diff`). */
 "use strict";
 
-// Plotly reads tags and entities in its texts: a user string is escaped to show as typed
-const plain = s => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
-
 R.page(async (main) => {
   const { h } = R;
   const q = R.params();
@@ -61,16 +58,16 @@ R.page(async (main) => {
       const hist = p.histogram;
       if (hist && hist.counts && hist.counts.length) {
         const e = hist.edges;
-        R.chart(chartDiv, [{ type: "bar", name: plain(c), y: hist.counts,
+        R.chart(chartDiv, [{ type: "bar", name: R.plotText(c), y: hist.counts,
           x: hist.counts.map((_, i) => (e[i] + e[i + 1]) / 2),
           width: hist.counts.map((_, i) => e[i + 1] - e[i]),
           marker: { color: "#2f5fd0", line: { width: 1, color: "#fff" } },
           hovertemplate: "%{x}: %{y}<extra></extra>" }],
-        { xaxis: { title: { text: plain(c) } }, yaxis: { title: { text: "rows" } }, bargap: 0 });
+        { xaxis: { title: { text: R.plotText(c) } }, yaxis: { title: { text: "rows" } }, bargap: 0 });
       } else if (p.top && p.top.length) {
-        R.chart(chartDiv, [{ type: "bar", name: plain(c), x: p.top.map(t => plain(t[0])),
+        R.chart(chartDiv, [{ type: "bar", name: R.plotText(c), x: p.top.map(t => R.plotText(t[0])),
           y: p.top.map(t => t[1]), marker: { color: "#2f5fd0" } }],
-        { xaxis: { title: { text: plain(c) }, type: "category" }, yaxis: { title: { text: "rows" } } });
+        { xaxis: { title: { text: R.plotText(c) }, type: "category" }, yaxis: { title: { text: "rows" } } });
       } else {
         Plotly.purge(chartDiv);
         chartDiv.replaceChildren(h("p", { class: "muted" }, `No histogram for ${c}.`));

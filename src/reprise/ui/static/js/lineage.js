@@ -3,9 +3,6 @@
    Plotly gives pan and zoom, and a click on a node shows its details beside the graph. */
 "use strict";
 
-// Plotly reads tags and entities in its texts: a user string is escaped to show as typed
-const plain = s => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
-
 R.page(async (main) => {
   const { h } = R;
   const ref = (R.params().get("ref") || "").trim();
@@ -101,11 +98,11 @@ R.page(async (main) => {
   });
   const trace = {
     type: "scatter", mode: "markers+text", x: nodes.map((_, i) => layer[i]), y,
-    text: nodes.map(n => plain(short(String(n.label)))),
+    text: nodes.map(n => R.plotText(short(String(n.label)))),
     // labels above and below in turn, layer by layer, so that neighbours' do not collide
     textposition: nodes.map((_, i) => (layer[i] % 2 ? "top center" : "bottom center")),
     customdata: nodes.map((_, i) => i),
-    hovertext: nodes.map(n => plain(`${n.kind}: ${n.label}`)), hoverinfo: "text",
+    hovertext: nodes.map(n => R.plotText(`${n.kind}: ${n.label}`)), hoverinfo: "text",
     marker: { color: nodes.map(n => style(n).color), symbol: nodes.map(n => style(n).symbol),
               size: nodes.map(n => style(n).size), line: { width: 1, color: "#fff" } },
     textfont: { size: 11 },

@@ -235,3 +235,7 @@ R.auditStatus = function auditStatus(check, label = "Verification: ") {
   return R.h("div", {}, line, R.h("ul", { class: "problems" },
     check.problems.map(p => R.h("li", {}, p.kind + ": " + p.message))));
 };
+
+/** A user string for Plotly's texts (names, titles, tick and hover labels), which Plotly
+    reads as its own small HTML: escaped, so that it shows as typed. */
+R.plotText = s => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");

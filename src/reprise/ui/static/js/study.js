@@ -3,9 +3,6 @@
    and the trials with their state, each linking to its run. */
 "use strict";
 
-// Plotly reads tags and entities in its texts: a user string is escaped to show as typed
-const plain = s => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
-
 R.page(async (main) => {
   const { h } = R;
   const name = R.params().get("name") || "";
@@ -44,7 +41,7 @@ R.page(async (main) => {
     ], { xaxis: { title: { text: "trial" }, tickformat: "d" }, yaxis: { title: { text: "objective" } } });
     const imp = Object.entries(s.importances || {}).sort((a, b) => a[1] - b[1]);
     if (imp.length) {
-      R.chart(importances, [{ type: "bar", orientation: "h", x: imp.map(e => e[1]), y: imp.map(e => plain(e[0])),
+      R.chart(importances, [{ type: "bar", orientation: "h", x: imp.map(e => e[1]), y: imp.map(e => R.plotText(e[0])),
         marker: { color: "#2f5fd0" } }], { xaxis: { title: { text: "importance" } }, margin: { l: 110, r: 20, t: 20, b: 40 } });
     }
 
@@ -116,9 +113,9 @@ function drawParallel(div, dims, trials) {
   const shapes = dims.map((_, k) => ({ type: "line", x0: k, x1: k, y0: 0, y1: 1, xref: "x", yref: "y",
                                        line: { color: "#6b7280", width: 1 } }));
   const annotations = dims.flatMap((d, k) => [
-    { x: k, y: 1.08, xref: "x", yref: "y", text: plain(d.label), showarrow: false,
+    { x: k, y: 1.08, xref: "x", yref: "y", text: R.plotText(d.label), showarrow: false,
       font: { size: 13 }, yanchor: "bottom", captureevents: false },
-    ...d.ticks.map(t => ({ x: k, y: t.y, xref: "x", yref: "y", text: plain(t.text), showarrow: false,
+    ...d.ticks.map(t => ({ x: k, y: t.y, xref: "x", yref: "y", text: R.plotText(t.text), showarrow: false,
                            xanchor: "right", xshift: -4, font: { size: 11, color: "#374151" } })),
   ]);
   R.chart(div, traces, {
