@@ -68,8 +68,10 @@ def test_optimize_serve_and_predict_with_onnx_runtime(mlp_workspace: tuple[Path,
     assert info["parity_report"]["rows"] >= 256 and info["parity_report"]["max_abs_diff"] < 1e-5
 
     rows = x.head(20).to_dict("records")
-    native, _ = _serve_and_ask(root, "mlp:1", "native", rows)
-    onnx, imported = _serve_and_ask(root, "mlp:2", "onnx", rows, importtime=True)
+    native, _, platform = _serve_and_ask(root, "mlp:1", "native", rows)
+    assert platform == "reprise_package"
+    onnx, imported, platform = _serve_and_ask(root, "mlp:2", "onnx", rows, importtime=True)
+    assert platform == "onnxruntime_onnx"  # the OIP metadata names the runtime
     assert native["prediction"] == onnx["prediction"]
     assert np.allclose(native["probabilities"], onnx["probabilities"], atol=1e-5)
     assert "onnxruntime" in imported
@@ -122,13 +124,14 @@ def _serve_and_ask(root: Path, ref: str, runtime: str, rows: list[dict[str, Any]
         answer = httpx.post(url + "/v1/models/mlp/predict", json={"columns": columns},
                             timeout=10)
         assert answer.status_code == 200, answer.text
+        platform = httpx.get(url + "/v2/models/mlp", timeout=10).json()["platform"]
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(30)
     outputs = answer.json()["predictions"]
     if not importtime:
-        return outputs, set()
-    return outputs, _top_level_imports(log.read_text())
+        return outputs, set(), platform
+    return outputs, _top_level_imports(log.read_text()), platform
 
 
 def _top_level_imports(stderr: str) -> set[str]:
