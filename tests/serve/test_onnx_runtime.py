@@ -92,7 +92,11 @@ def test_optimize_cli_errors_exit_2(mlp_workspace: tuple[Path, Any]) -> None:
     root, _ = mlp_workspace
     done = _cli(root, "models", "optimize", "mlp:1", "--quantize", "dynamic-int8")
     assert done.returncode == 0, done.stderr
-    assert "parity proved on" in done.stdout and "quantisation gate accuracy" in done.stdout
+    assert "parity, native vs ONNX Runtime (atol 1e-05): passed" in done.stdout
+    assert ("held-out rows     none found in lineage: mlp:1 was registered without a run"
+            in done.stdout)
+    assert "quantisation gate on 259 rows, basis: agreement" in done.stdout
+    assert "  accuracy          native 1.0000" in done.stdout
     for args, message in ((("mlp",), "NAME:VERSION"),
                           (("mlp:1", "--quantize", "int4"), "quantize must be"),
                           (("mlp:9",), "no version 9")):
