@@ -42,8 +42,9 @@ $(VENV)/.stamp-core: $(PY) pyproject.toml constraints.txt
 	$(PIP) $(PIP_FLAGS) install -c constraints.txt -e .
 	@touch $@
 
-$(VENV)/.stamp-demo: $(VENV)/.stamp-core
-	$(PIP) $(PIP_FLAGS) install -c constraints.txt -e '.[torch,serve]' '$(TORCH_SPEC)'
+# onnx: the demo optimises its model to an ONNX graph and serves it with --runtime onnx
+$(VENV)/.stamp-demo: $(VENV)/.stamp-core Makefile
+	$(PIP) $(PIP_FLAGS) install -c constraints.txt -e '.[torch,serve,onnx]' '$(TORCH_SPEC)'
 	@touch $@
 
 $(VENV)/.stamp-dev: $(VENV)/.stamp-core

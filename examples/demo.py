@@ -33,7 +33,13 @@ embedded SQLite workspace, driven through the CLI as a user would.
     ``cancer:3`` (refused at first: its gates failed; forced, with a reason), which the
     server rolls back automatically on prediction shift, the alias never moving; ``reprise
     rollout status`` and ``list`` show both, and the audit log shows every decision with
-    its reason (who did what), and verifies.
+    its reason (who did what), and verifies;
+11. optimisation: ``reprise models optimize`` turns the MLP in production (its scaler
+    and network in one ONNX graph) into a new version, after proving parity on its
+    example rows, the held-out rows its lineage records (the split's test table that
+    the evaluation read) and rows drawn from its signature; the report is printed, and
+    ``reprise serve cancer:N --runtime onnx`` answers a prediction from ONNX Runtime
+    (``production`` does not move).
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,6 +131,7 @@ def main() -> None:
     healthy = register_wider(best["params"])
     broken = register_broken()
     deployments(healthy, broken)
+    optimized()
     reprise("audit", "log")
     reprise("audit", "verify")
 
@@ -268,16 +276,42 @@ def _rows() -> list[dict[str, float]]:
                 for row in csv.DictReader(f)]
 
 
+# -- act 11: optimisation ----------------------------------------------------------------
+
+def optimized() -> int:
+    """The version ``production`` points at, optimised to ONNX (a new version, with its
+    parity report); served with ``--runtime onnx``, it answers one prediction. The alias
+    stays where it is. Returns the new version."""
+    source = json.loads(reprise("models", "show", f"{MODEL}@production", "--json",
+                                capture=True, echo=False))["version"]
+    print(f"\n(optimisation: {MODEL}@production = {MODEL}:{source}, its scaler and MLP "
+          "converted to one ONNX graph and proved to predict the same before it is "
+          "registered)")
+    out = reprise("models", "optimize", f"{MODEL}:{source}", capture=True)
+    print(out, end="")
+    found = re.search(rf"registered {MODEL}:(\d+)", out)
+    if found is None:
+        sys.exit(f"demo: `reprise models optimize` named no new version:\n{out}")
+    version = int(found.group(1))
+    with serving(f"{MODEL}:{version}", "--runtime", "onnx") as url:
+        predict_one(url)
+        with urllib.request.urlopen(f"{url}/v2/models/{MODEL}", timeout=10) as r:
+            platform = json.loads(r.read())["platform"]
+        print(f"$ curl {url}/v2/models/{MODEL}   (the Open Inference Protocol's metadata)")
+        print(f"platform: {platform}")
+    return version
+
+
 @contextlib.contextmanager
-def serving() -> Iterator[str]:
-    """``reprise serve cancer@production`` on a free loopback port, in the background,
-    following its alias (and rollouts) every half second, logging only warnings and
-    errors (the demo prints the decisions); stopped on the way out,
+def serving(ref: str = f"{MODEL}@production", *options: str) -> Iterator[str]:
+    """``reprise serve REF`` (default ``cancer@production``) on a free loopback port, in
+    the background, following its alias (and rollouts) every half second, logging only
+    warnings and errors (the demo prints the decisions); stopped on the way out,
     whatever happened: SIGINT (drain, then exit), SIGKILL if it is still there 30 s later."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    args = ["serve", f"{MODEL}@production", "--port", str(port), "--poll-interval", "0.5",
+    args = ["serve", ref, *options, "--port", str(port), "--poll-interval", "0.5",
             "--log-level", "warning"]
     print(f"\n$ reprise {' '.join(args)}   (in the background)", flush=True)
     env = {k: v for k, v in os.environ.items() if k != "REPRISE_WORKSPACE"}
@@ -299,8 +333,6 @@ def serving() -> Iterator[str]:
 
 
 def _wait_ready(server: subprocess.Popen, url: str, timeout: float = 120) -> None:
-    import urllib.request
-
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -318,8 +350,6 @@ def _wait_ready(server: subprocess.Popen, url: str, timeout: float = 120) -> Non
 
 def predict_one(url: str) -> None:
     """One prediction over HTTP, with the data's first row."""
-    import urllib.request
-
     with open(PROJECT / "data" / "cancer.csv") as f:
         row = next(csv.DictReader(f))
     record = {k: float(v) for k, v in row.items() if k not in ("id", "target")}

@@ -1,10 +1,12 @@
-"""The demo's deployments act (``examples/demo.py``, act 10) on a small copy of its project,
-so that CI catches a broken demo without running all of it (tuning and training take
-minutes): the broken model is built by the demo's own ``pipeline.py:broken``; the stable
-and the healthy versions are logistic regressions on the same data (the demo trains
-MLPs). The act serves the model, canaries the healthy version to promotion and the
-broken one to an automatic rollback under load, through the CLI, and stops its server;
-a rollout that does not end in time fails the demo with a message."""
+"""The demo's deployments and optimisation acts (``examples/demo.py``, acts 10 and 11) on a
+small copy of its project, so that CI catches a broken demo without running all of it
+(tuning and training take minutes): the broken model is built by the demo's own
+``pipeline.py:broken``; the stable and the healthy versions are logistic regressions on
+the same data (the demo trains MLPs). Act 10 serves the model, canaries the healthy
+version to promotion and the broken one to an automatic rollback under load, through
+the CLI, and stops its server; a rollout that does not end in time fails the demo with
+a message. Act 11 optimises the version in production to ONNX, prints the parity report
+and serves the variant with ``--runtime onnx``."""
 
 from __future__ import annotations
 
@@ -92,6 +94,8 @@ def test_the_deployments_act_promotes_the_healthy_version_and_rolls_back_the_bro
         # tracker) are not the demo's
         earlier = {p.pid for p in _children()}
         demo.deployments(2, 3)
+        # act 11: the version in production (2) optimised to ONNX and served by ONNX Runtime
+        assert demo.optimized() == 4
         out = capfd.readouterr().out
         assert [p for p in _children() if p.pid not in earlier] == []  # the server stopped
 
@@ -112,7 +116,8 @@ def test_the_deployments_act_promotes_the_healthy_version_and_rolls_back_the_bro
         assert (rolled_back.stable, rolled_back.candidate, rolled_back.state) == (
             2, 3, "rolled_back")
         assert "prediction_shift" in (rolled_back.reason or "")
-        assert ws.metadata.get_aliases("cancer")["production"] == 2
+        assert ws.metadata.get_aliases("cancer")["production"] == 2  # not moved by act 11
+        assert ws.metadata.get_model_version("cancer", 4).meta["source_version"] == 2
         actions = [e["action"] for e in audit_log(workspace=ws)
                    if e["payload"].get("rollout") == rolled_back.id]
         assert actions[0] == "rollout.start" and actions[-1] == "rollout.rollback"
@@ -127,3 +132,13 @@ def test_the_deployments_act_promotes_the_healthy_version_and_rolls_back_the_bro
     assert "failed: 0" in out
     assert "canary 1 -> 2, promoted" in out and "canary 2 -> 3, rolled_back" in out
     assert "never left 2" in out
+    # the optimisation act: the parity report, and an answer from the ONNX Runtime server
+    assert "registered cancer:4: ONNX variant of cancer:2, gates passed" in out
+    assert "parity, native vs ONNX Runtime (atol 1e-05): passed" in out
+    assert "rows compared     259: 3 example, 0 held-out, 256 drawn" in out
+    assert ("held-out rows     none found in lineage: cancer:2 was registered without a run"
+            in out)  # (the test registers its versions directly; the demo's come from runs)
+    assert "labels identical  yes" in out
+    assert "serve cancer:4 --runtime onnx" in out
+    assert '{"model": "cancer", "version": 4, "predictions": [{"prediction": ' in out
+    assert "platform: onnxruntime_onnx" in out

@@ -68,8 +68,10 @@ def test_optimize_serve_and_predict_with_onnx_runtime(mlp_workspace: tuple[Path,
     assert info["parity_report"]["rows"] >= 256 and info["parity_report"]["max_abs_diff"] < 1e-5
 
     rows = x.head(20).to_dict("records")
-    native, _ = _serve_and_ask(root, "mlp:1", "native", rows)
-    onnx, imported = _serve_and_ask(root, "mlp:2", "onnx", rows, importtime=True)
+    native, _, platform = _serve_and_ask(root, "mlp:1", "native", rows)
+    assert platform == "reprise_package"
+    onnx, imported, platform = _serve_and_ask(root, "mlp:2", "onnx", rows, importtime=True)
+    assert platform == "onnxruntime_onnx"  # the OIP metadata names the runtime
     assert native["prediction"] == onnx["prediction"]
     assert np.allclose(native["probabilities"], onnx["probabilities"], atol=1e-5)
     assert "onnxruntime" in imported
@@ -90,7 +92,11 @@ def test_optimize_cli_errors_exit_2(mlp_workspace: tuple[Path, Any]) -> None:
     root, _ = mlp_workspace
     done = _cli(root, "models", "optimize", "mlp:1", "--quantize", "dynamic-int8")
     assert done.returncode == 0, done.stderr
-    assert "parity proved on" in done.stdout and "quantisation gate accuracy" in done.stdout
+    assert "parity, native vs ONNX Runtime (atol 1e-05): passed" in done.stdout
+    assert ("held-out rows     none found in lineage: mlp:1 was registered without a run"
+            in done.stdout)
+    assert "quantisation gate on 259 rows, basis: agreement" in done.stdout
+    assert "  accuracy          native 1.0000" in done.stdout
     for args, message in ((("mlp",), "NAME:VERSION"),
                           (("mlp:1", "--quantize", "int4"), "quantize must be"),
                           (("mlp:9",), "no version 9")):
@@ -122,13 +128,14 @@ def _serve_and_ask(root: Path, ref: str, runtime: str, rows: list[dict[str, Any]
         answer = httpx.post(url + "/v1/models/mlp/predict", json={"columns": columns},
                             timeout=10)
         assert answer.status_code == 200, answer.text
+        platform = httpx.get(url + "/v2/models/mlp", timeout=10).json()["platform"]
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(30)
     outputs = answer.json()["predictions"]
     if not importtime:
-        return outputs, set()
-    return outputs, _top_level_imports(log.read_text())
+        return outputs, set(), platform
+    return outputs, _top_level_imports(log.read_text()), platform
 
 
 def _top_level_imports(stderr: str) -> set[str]:

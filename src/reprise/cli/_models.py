@@ -64,10 +64,18 @@ def optimize(
     max_drop: Annotated[float, typer.Option(
         help="Largest accuracy/F1 drop (0.005 = 0.5 point) the quantisation gate allows.")
     ] = 0.005,
+    holdout: Annotated[str | None, typer.Option(
+        metavar="FILE|NAME@N", help="Held-out rows (CSV, Parquet, JSON Lines or a dataset "
+        "version) instead of those found in the version's lineage.")] = None,
+    target: Annotated[str | None, typer.Option(
+        metavar="COLUMN", help="The held-out rows' label column, for the quantisation gate "
+        "(default: the model card's target).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Register an ONNX variant of NAME:VERSION as a new version, after proving that it
-    predicts as the original (labels identical, probabilities within --atol)."""
+    predicts as the original (labels identical, probabilities within --atol) on its
+    example rows, a held-out set (by default the one the training run's lineage holds:
+    the table its evaluation consumed) and rows drawn from the signature."""
     from reprise.core.errors import UserError
     from reprise.registry import optimize as run_optimize
     from reprise.registry._registry import split_ref
@@ -76,7 +84,8 @@ def optimize(
     if version is None:
         raise UserError(f"give the version to optimise as NAME:VERSION, not {ref!r}")
     rec = run_optimize(name, version, onnx=onnx, quantize=quantize, atol=atol,
-                       max_drop=max_drop, workspace=_ws())
+                       max_drop=max_drop, holdout=holdout, holdout_target=target,
+                       workspace=_ws())
     onnx_meta = rec.meta.get("onnx") or {}
     if as_json:
         render.print_json({"name": rec.name, "version": rec.version, "source_version": version,
@@ -91,14 +100,55 @@ def optimize(
     what = f"ONNX {quantize}" if quantize else "ONNX"
     report = onnx_meta.get("report") or {}
     typer.echo(f"registered {rec.ref}: {what} variant of {name}:{version}, {gates}")
-    typer.echo(f"parity proved on {report.get('rows')} rows {report.get('sources')}: "
-               f"largest difference {report.get('max_abs_diff') or 0.0:.2g} (atol {atol:g}), "
-               f"labels identical: {report.get('labels_identical')}, near-ties: "
-               f"{report.get('ties_within_atol', 0)}")
-    for r in (onnx_meta.get("gate") or {}).get("results", []):
-        typer.echo(f"quantisation gate {r['metric']}: native {r['native']:.4f}, int8 "
-                   f"{r['quantized']:.4f}, drop {r['drop']:.4f} (max {r['max_drop']:g}) "
-                   f"{'passed' if r['passed'] else 'FAILED'}")
+    for line in parity_lines(report, onnx_meta.get("gate")):
+        typer.echo(line)
+
+
+def parity_lines(report: dict[str, Any], gate: dict[str, Any] | None) -> list[str]:
+    """The parity report (and quantisation gate) of an ONNX variant, for people."""
+    sources = report.get("sources") or {}
+    held = report.get("holdout") or {}
+    labels = report.get("labels_identical")
+    out = [f"parity, native vs ONNX Runtime (atol {report.get('atol', 0):g}): "
+           f"{'passed' if report.get('passed') else 'FAILED'}",
+           f"  rows compared     {report.get('rows')}: {sources.get('example', 0)} example, "
+           f"{sources.get('holdout', 0)} held-out, {sources.get('drawn_from_signature', 0)} "
+           "drawn from the signature's ranges",
+           f"  held-out rows     {_holdout_source(held)}",
+           f"  max abs diff      {report.get('max_abs_diff') or 0.0:.2g}"
+           + (" (probabilities)" if labels is not None else " (predictions)")]
+    if labels is not None:
+        ties = report.get("ties_within_atol", 0)
+        out.append(f"  labels identical  {'yes' if labels else 'no'}"
+                   + (f" (differing on {ties} native near-tie(s))" if ties else ""))
+    if report.get("problem"):
+        out.append(f"  problem           {report['problem']}")
+    if gate:
+        out.append(f"quantisation gate on {gate.get('rows')} rows, basis: {gate.get('basis')}"
+                   + (f" (labels: column {gate['target']!r})" if gate.get("target") else ""))
+        for r in gate.get("results", []):
+            out.append(f"  {r['metric']:<17} native {r['native']:.4f}, int8 {r['quantized']:.4f}, "
+                       f"drop {r['drop']:.4f} (max {r['max_drop']:g}) "
+                       f"{'passed' if r['passed'] else 'FAILED'}")
+    return out
+
+
+def _holdout_source(held: dict[str, Any]) -> str:
+    source = held.get("source")
+    if source in (None, "none"):
+        where = " found in lineage" if held.get("searched") == "lineage" else ""
+        return f"none{where}: {held.get('reason') or 'not recorded'}"
+    rows = held.get("rows", 0)
+    total = held.get("rows_total")
+    count = f"{rows} rows" + (f" of {total}" if total not in (None, rows) else "")
+    label = f", labels in column {held['target']!r}" if held.get("target") else ", no labels"
+    if source == "lineage":
+        return (f"{count} from lineage{label}:\n{'':20}output of step {held.get('step')} "
+                f"(run {held.get('run')}), input `{held.get('as')}` of step "
+                f"{held.get('consumed_by')}, artifact {str(held.get('artifact'))[:12]}")
+    if source in ("file", "dataset"):
+        return f"{count} from {source} {held.get('path')}{label}"
+    return f"{count}, given{label}"
 
 
 @models_app.command("list")

@@ -218,6 +218,8 @@ class _Loaded:
         self.signature = package.signature
         self.example = package.example
         self.float_dtype = float_dtype(package)
+        # the Open Inference Protocol's model metadata names the runtime (KServe's name)
+        self.platform = "onnxruntime_onnx" if package.runtime == "onnx" else None
 
     def predict(self, columns: dict[str, Any]) -> dict[str, Any]:
         return self.package.predict(columns)

@@ -31,7 +31,9 @@ def package_model(model: Any, *, sample: Any, target: Any = None, preprocessing:
         sample: the raw training features (DataFrame, Arrow table or ``{name: array}``),
             before ``preprocessing``: the signature's columns, types, ranges and
             categories come from it, and the example rows.
-        target: the training targets (gives a torch classifier its classes).
+        target: the training targets (gives a torch classifier its classes); when it is
+            a named column (a pandas Series), its name goes on the card (``target``),
+            which is how ``optimize`` finds the labels in a held-out table.
         preprocessing: the fitted scikit-learn transformer applied before the model
             (a scaler, a ColumnTransformer...), stored with the model so serving
             cannot drift from training.
@@ -69,7 +71,8 @@ def package_model(model: Any, *, sample: Any, target: Any = None, preprocessing:
     pkg = ModelPackage(flavor=flavor, model=model, signature=signature,
                        input_format=input_format, preprocessing=preprocessing,
                        example=_example(sample, signature, example_rows),
-                       card=_card(task, classes, evaluation, description),
+                       card=_card(task, classes, evaluation, description,
+                                  _target_name(target)),
                        evaluation=_plain(dict(evaluation)) if evaluation is not None else None,
                        environment=environment, requirements=requirements)
     try:  # the example must run, or the package could never be warmed up
@@ -212,9 +215,17 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _target_name(target: Any) -> str | None:
+    """The target column's name (a named pandas Series), else None."""
+    name = getattr(target, "name", None)
+    return name if isinstance(name, str) and name else None
+
+
 def _card(task: str, classes: list[Any] | None, evaluation: Mapping[str, Any] | None,
-          description: str | None) -> dict[str, Any]:
+          description: str | None, target: str | None = None) -> dict[str, Any]:
     card: dict[str, Any] = {"task": task, "classes": classes, "description": description}
+    if target is not None:
+        card["target"] = target
     if evaluation is None:
         card["gates"] = None  # unknown: promotion needs --force
         return card

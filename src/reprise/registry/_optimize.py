@@ -1,18 +1,20 @@
 """``optimize``: a registered version's ONNX variant, proved equal before it is registered.
 
 1. The package's preprocessing and model become one ONNX graph (:mod:`._onnx`).
-2. Parity: the example rows, a held-out set when one is given (``holdout=``; the
-   training run's lineage does not keep one cheaply), and rows drawn from the
-   signature's training ranges and categories are predicted by the native model and by
-   ONNX Runtime: labels must be identical and probabilities within ``atol`` (float32
+2. Parity: the example rows, a held-out set, and rows drawn from the signature's
+   training ranges and categories are predicted by the native model and by ONNX
+   Runtime: labels must be identical and probabilities within ``atol`` (float32
    arithmetic; regression predictions within ``atol`` + ``atol`` x |value|). A label
    may differ only on a native near-tie (top two probabilities within 2 x ``atol``),
-   counted in the report. A failure registers nothing.
+   counted in the report. A failure registers nothing. The held-out set is found in
+   the source version's lineage unless one is given (``holdout=``; the rule is in
+   :mod:`._holdout`); where it came from (artifact hash, run, rows), or why there is
+   none, is in the report (``holdout``).
 3. ``quantize="dynamic-int8"``: ONNX Runtime's dynamic quantisation of the float
    graph's weights; the variant is evaluated with the original's metrics (accuracy
-   and macro F1, or R^2) on the held-out set (else: agreement with the native labels
-   on the parity rows, recorded as such) and a gate (default: drop <= 0.5 point)
-   decides, like other gates, whether it can be promoted.
+   and macro F1, or R^2) on the held-out rows against their labels (else: agreement
+   with the native labels on the parity rows, recorded as such) and a gate (default:
+   drop <= 0.5 point) decides, like other gates, whether it can be promoted.
 4. The variant is a new version (its own manifest hash covers the .onnx bytes), with
    ``source_version`` lineage and a ``model.optimize`` audit event.
 """
@@ -26,6 +28,7 @@ from typing import Any
 
 from reprise.core._types import ModelVersionRecord
 from reprise.core.errors import UserError
+from reprise.registry._holdout import Holdout, resolve_holdout
 
 __all__ = ["optimize", "parity_rows", "prove_parity", "quantization_gate"]
 
@@ -36,7 +39,12 @@ _DRAWN = 256
 def optimize(name: str, version: int, *, onnx: bool = True, quantize: str | None = None,
              atol: float = 1e-5, max_drop: float = 0.005, holdout: Any = None,
              holdout_target: Any = None, workspace: Any = None) -> ModelVersionRecord:
-    """Register the ONNX variant of ``name:version`` (see the module docstring)."""
+    """Register the ONNX variant of ``name:version`` (see the module docstring).
+
+    ``holdout``: None (default) finds the held-out rows in the version's lineage; a
+    table, or a file or dataset version ``NAME@N`` by name, gives them; False uses
+    none. ``holdout_target``: their labels (an array, or a column's name); default: the
+    column the card's ``target`` names, when the table has it."""
     from reprise.registry import _registry as reg
     from reprise.registry._api import _load, _ws
     from reprise.registry._onnx import convert, make_session
@@ -57,8 +65,10 @@ def optimize(name: str, version: int, *, onnx: bool = True, quantize: str | None
     graph, io = convert(pkg)
     candidate = dataclasses.replace(pkg, onnx=graph, onnx_info=io, runtime="onnx",
                                     session=make_session(graph))
-    rows, sources = parity_rows(pkg, holdout)
+    held = resolve_holdout(ws, rec, pkg, holdout, holdout_target)
+    rows, sources = parity_rows(pkg, held.rows)
     parity = prove_parity(pkg, candidate, rows, atol=atol, sources=sources)
+    parity["holdout"] = held.info
     if not parity["passed"]:
         raise UserError(f"ONNX parity failed for {rec.ref}: {parity['problem']}; nothing "
                         "was registered (the original stays servable)")
@@ -69,8 +79,7 @@ def optimize(name: str, version: int, *, onnx: bool = True, quantize: str | None
     if quantize is not None:
         graph = _quantize(graph)
         quantized = dataclasses.replace(candidate, onnx=graph, session=make_session(graph))
-        gate = quantization_gate(pkg, quantized, rows, holdout, holdout_target,
-                                 max_drop=max_drop)
+        gate = quantization_gate(pkg, quantized, rows, held, max_drop=max_drop)
         info["quantization"] = {"method": quantize, "gate": gate}
         card["onnx"]["quantization"] = info["quantization"]
         card["gates"] = _with_gate(pkg.card.get("gates"), gate)
@@ -93,15 +102,12 @@ def _register(ws: Any, name: str, variant: Any, source: ModelVersionRecord
 
 # -- parity -----------------------------------------------------------------------------
 
-def parity_rows(pkg: Any, holdout: Any = None, *, drawn: int = _DRAWN, seed: int = 0
-                ) -> tuple[list[dict[str, Any]], dict[str, int]]:
-    """The rows parity is proved on, and how many came from where."""
-    from reprise.registry._build import _example
-
+def parity_rows(pkg: Any, held: list[dict[str, Any]] | None = None, *, drawn: int = _DRAWN,
+                seed: int = 0) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The rows parity is proved on (the example rows, ``held`` and rows drawn from the
+    signature), and how many came from where."""
     rows = list(pkg.example)
-    held: list[dict[str, Any]] = []
-    if holdout is not None:
-        held = _example(holdout, pkg.signature, 10**9)
+    held = list(held or [])
     synthetic = _drawn(pkg.signature, drawn, seed)
     return rows + held + synthetic, {"example": len(rows), "holdout": len(held),
                                      "drawn_from_signature": len(synthetic)}
@@ -134,7 +140,8 @@ def prove_parity(native: Any, onnx: Any, rows: list[dict[str, Any]], *, atol: fl
     """Both runtimes on ``rows``: labels identical, probabilities within ``atol``."""
     import numpy as np
 
-    checked = native.signature.validate_records(rows)
+    # out-of-range values are the serving policy's business, not a runtime's: flagged
+    checked = native.signature.with_policy(out_of_range="flag").validate_records(rows)
     if not checked.ok:
         e = checked.errors[0]
         raise UserError(f"the parity rows do not match the signature ({e.field}: "
@@ -203,18 +210,19 @@ def _quantize(graph: bytes) -> bytes:
 
 
 def quantization_gate(native: Any, quantized: Any, rows: list[dict[str, Any]],
-                      holdout: Any, target: Any, *, max_drop: float) -> dict[str, Any]:
-    """The original's metrics for both models and whether the drop is within bounds."""
+                      held: Holdout, *, max_drop: float) -> dict[str, Any]:
+    """The original's metrics for both models and whether the drop is within bounds:
+    on the held-out rows against their labels, else (no held-out labels) on ``rows``
+    against the native model's answers."""
     import numpy as np
 
-    from reprise.registry._build import _example
-
-    if holdout is not None and target is not None:
-        rows, basis = _example(holdout, native.signature, 10**9), "holdout"
-        truth = np.asarray(target)
+    if held.rows and held.truth is not None:
+        rows, basis, truth = held.rows, "holdout", np.asarray(held.truth)
     else:
-        basis, truth = "agreement with the native model on the parity rows", None
-    cols = native.signature.validate_records(rows).columns
+        why = ("no held-out set" if not held.rows
+               else "the held-out rows have no target column")
+        basis, truth = f"agreement with the native model on the parity rows ({why})", None
+    cols = native.signature.with_policy(out_of_range="flag").validate_records(rows).columns
     a, b = native.predict(cols), quantized.predict(cols)
     if truth is None:
         truth = np.asarray(a["prediction"])
@@ -225,7 +233,8 @@ def quantization_gate(native: Any, quantized: Any, rows: list[dict[str, Any]],
         results.append({"gate": f"quantization_{metric}_drop", "metric": metric,
                         "native": before, "quantized": after, "drop": before - after,
                         "max_drop": max_drop, "passed": before - after <= max_drop})
-    return {"basis": basis, "rows": len(rows), "results": results,
+    return {"basis": basis, "rows": len(rows), "target": held.info.get("target")
+            if basis == "holdout" else None, "results": results,
             "passed": all(r["passed"] for r in results)}
 
 
