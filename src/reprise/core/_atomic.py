@@ -11,16 +11,9 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-__all__ = [
-    "atomic_write",
-    "atomic_write_bytes",
-    "fsync_dir",
-    "fsync_path",
-    "start_writeback",
-    "TMP_PREFIX",
-]
+__all__ = ["atomic_write", "atomic_write_bytes", "fsync_dir", "fsync_path", "TMP_PREFIX"]
 
 # Temp files carry this prefix so fsck and gc can recognise (and sweep) leftovers.
 TMP_PREFIX = ".tmp-"
@@ -47,24 +40,6 @@ def fsync_path(path: str | os.PathLike[str]) -> None:
 
 
 fsync_dir = fsync_path
-
-
-_sync_file_range: Any = None
-
-
-def start_writeback(fd: int) -> None:
-    """Start writing a file's dirty pages to disk without waiting (Linux
-    ``sync_file_range(SYNC_FILE_RANGE_WRITE)``; nothing elsewhere): the data then goes
-    out while the writer does other work, and a later fsync has less left to wait for."""
-    global _sync_file_range
-    if _sync_file_range is None:
-        import ctypes
-
-        _sync_file_range = getattr(ctypes.CDLL(None, use_errno=True), "sync_file_range", False)
-        if _sync_file_range:
-            _sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    if _sync_file_range:
-        _sync_file_range(fd, 0, 0, 2)  # SYNC_FILE_RANGE_WRITE; a failure is harmless
 
 
 def sync_filesystem(path: str | os.PathLike[str]) -> None:

@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
 from urllib.parse import urlsplit
 
-from reprise.core._atomic import atomic_write, start_writeback
+from reprise.core._atomic import atomic_write
 from reprise.core._hashing import hash_bytes, hash_file, new_hasher
 from reprise.core._units import parse_size
 from reprise.core.errors import ConfigError, IntegrityError, StoreError
@@ -415,27 +415,22 @@ class S3ArtifactStore(BaseArtifactStore):
             times.append(cast(datetime, touch["LastModified"]).timestamp())
         return max(times)
 
-    def _get(self, h: str, sinks: Callable[[int], list[IO[bytes]]], *, durable: bool = False
-             ) -> tuple[int, str] | None:
+    def _get(self, h: str, sinks: Callable[[int], list[IO[bytes]]]) -> tuple[int, str] | None:
         """GET the blob once, writing its body into each of ``sinks(size)`` (called when the
         size arrives with the headers; an empty list: nothing is read, None returned) and
         hashing it on the way; return ``(size, hash)``. A missing blob is the GET's own 404
-        (``ArtifactNotFoundError``): no HEAD before it. ``durable``: the first sink is to be
-        fsynced next, so its pages are sent to disk as they come (every ``_CHUNK`` bytes
-        and at the end) while the body is still arriving, and the fsync has less to wait
-        for."""
+        (``ArtifactNotFoundError``): no HEAD before it."""
         from fsspec.asyn import sync
 
         try:
             with self._errors("read"):
                 return cast("tuple[int, str] | None",
-                            sync(self.fs.loop, self._get_hashed, self._key(h), sinks,
-                                 durable))
+                            sync(self.fs.loop, self._get_hashed, self._key(h), sinks))
         except FileNotFoundError:
             raise self._missing(h) from None
 
-    async def _get_hashed(self, target: str, sinks: Callable[[int], list[IO[bytes]]],
-                          durable: bool) -> tuple[int, str] | None:
+    async def _get_hashed(self, target: str, sinks: Callable[[int], list[IO[bytes]]]
+                          ) -> tuple[int, str] | None:
         from s3fs.core import S3_RETRYABLE_ERRORS
 
         bucket, key = self._split(target)
@@ -450,21 +445,15 @@ class S3ArtifactStore(BaseArtifactStore):
                 for f in files:  # empty them: a retry starts over
                     f.seek(0)
                     f.truncate()
-                hasher, got, sent = new_hasher(), 0, 0
+                hasher, got = new_hasher(), 0
                 while chunk := await body.read(_CHUNK):
                     for f in files:
                         f.write(chunk)
                     hasher.update(chunk)
                     got += len(chunk)
-                    if durable and got - sent >= _CHUNK:
-                        files[0].flush()
-                        start_writeback(files[0].fileno())
-                        sent = got
                 if got == size:
                     for f in files:
                         f.flush()
-                    if durable:
-                        start_writeback(files[0].fileno())
                     return size, str(hasher.hexdigest())
                 if attempt == 2:
                     raise StoreError(f"S3 sent {got} of the {size} bytes of {target}.")
@@ -589,7 +578,7 @@ class S3ArtifactStore(BaseArtifactStore):
                     cached.append(stack.enter_context(open(tmp, "wb")))
                 return [out, *cached]
 
-            got = self._get(h, sinks, durable=True)
+            got = self._get(h, sinks)
             assert got is not None  # sinks never returns an empty list
             size, digest = got
             if digest != h:  # leaving the block removes both temp files
