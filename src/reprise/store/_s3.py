@@ -511,21 +511,25 @@ class S3ArtifactStore(BaseArtifactStore):
         renamed); return ``dest`` as a Path.
 
         A cache hit is copied (hashed on the way when ``verify``; a cached copy that does
-        not match is dropped and fetched again). A miss is one GET whose body is written
-        at once into the temp file beside ``dest`` and into the cache (when the blob fits
-        its limit) while being hashed: the bytes cross the network and the disk once, are
-        always verified, and ``dest`` appears only if they hash to ``h`` (else
-        ``IntegrityError`` and neither ``dest`` nor a cache entry is made).
+        not match is dropped and fetched again). A miss is one GET (no HEAD first) whose
+        body is written as it arrives into the temp file beside ``dest`` and into the
+        cache (when the blob fits its limit) while being hashed: the bytes cross the
+        network once and are never read back; they are always verified, and ``dest``
+        appears only if they hash to ``h`` (else ``IntegrityError``, and neither ``dest``
+        nor a cache entry is made).
 
         One fsync: ``dest``'s bytes before the rename, so that ``dest`` is never seen
-        partial, even after a power loss. The folder is not fsynced after the rename
-        (a power loss may forget the rename: ``dest`` is then as before the call, and the
-        blob is still in the bucket), and the cache entry is not fsynced either: it is a
-        copy of the bucket's blob, and a power loss can leave an unsynced one empty or
-        short. ``copy_to(verify=True)`` and ``get_bytes(verify=True)`` (what Reprise's
-        own loaders call) hash a cached copy before using it and fetch the blob again
-        when it does not match, so such an entry is never passed on as the blob; an
-        fsync per entry would cost each get a journal commit to guard against that.
+        partial, even after a power loss. The folder is not fsynced after the rename: a
+        power loss may forget the rename, and ``dest`` is then as before the call (with at
+        worst the whole temp file, ``.tmp-…``, beside it, as when the power goes between
+        the fsync and the rename); the blob is still in the bucket. The cache entry is not
+        fsynced either: it is a copy of the bucket's blob, and a power loss can leave an
+        unsynced one empty or short. The verified reads, ``copy_to(verify=True)`` and
+        ``get_bytes(verify=True)`` (what the materializers load through), hash a cached
+        copy before using it and fetch the blob again when it does not match, so they never
+        pass such an entry on; an unverified ``open`` trusts the entry as a local store's
+        reads trust its files. An fsync per entry would cost every get a second journal
+        commit to guard against what the verified reads already catch.
         """
         _check_hash(h)
         if self.cache is not None:
