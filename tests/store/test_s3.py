@@ -168,10 +168,11 @@ def test_a_corrupt_blob_is_refused_on_get_and_nothing_is_left_at_the_destination
         assert store.cache.lookup(h) is None and _temps(store.cache.root) == []
 
 
-def test_a_get_is_one_request_and_one_fsync(s3_bucket: object, tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_small_put_and_a_get_are_one_request_each_and_a_get_one_fsync(
+        s3_bucket: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = os.urandom(200_000)
-    h, _ = _store(s3_bucket, cache_size=0).put_bytes(data)
+    src = tmp_path / "src.bin"
+    src.write_bytes(data)
     synced: list[int] = []
     real_fsync = os.fsync
 
@@ -181,6 +182,9 @@ def test_a_get_is_one_request_and_one_fsync(s3_bucket: object, tmp_path: Path,
 
     with FaultProxy(s3_bucket.server.endpoint) as proxy:  # type: ignore[attr-defined]
         monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+        h, _ = _store(s3_bucket, cache_size=0).put_file(src)
+        assert [(m, s) for m, _, s in proxy.seen] == [("PUT", 200)]  # conditional: no HEAD
+        del proxy.seen[:]
         store = _store(s3_bucket)
         monkeypatch.setattr(os, "fsync", fsync)
         assert store.copy_to(h, tmp_path / "a.bin", verify=True).read_bytes() == data
@@ -191,7 +195,8 @@ def test_a_get_is_one_request_and_one_fsync(s3_bucket: object, tmp_path: Path,
         with pytest.raises(ArtifactNotFoundError, match="No blob"):
             store.copy_to(hash_bytes(b"never stored"), tmp_path / "c.bin")
         assert [(m, s) for m, _, s in proxy.seen[1:]] == [("GET", 404)]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.bin", "b.bin", "blobcache"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.bin", "b.bin", "blobcache",
+                                                          "src.bin"]
     assert _temps(tmp_path) == []
 
 
