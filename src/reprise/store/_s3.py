@@ -582,14 +582,12 @@ class S3ArtifactStore(BaseArtifactStore):
                     cached.append(stack.enter_context(open(tmp, "wb")))
                 return [out, *cached]
 
-            got = self._get(h, sinks)
-            assert got is not None  # sinks never returns an empty list
-            size, digest = got
+            # never None: sinks always gives at least dest's temp file
+            size, digest = cast("tuple[int, str]", self._get(h, sinks))
             if digest != h:  # leaving the block removes both temp files
                 raise self._corrupt(h, "the bytes S3 sent do not hash to its name")
-            if cached:
+            if cached and cache is not None:
                 cached[0].close()
-                assert cache is not None
                 cache.adopt(h, Path(cached[0].name), size)
         return Path(dest)
 
