@@ -115,13 +115,17 @@ class FaultProxy:
     """An HTTP proxy on 127.0.0.1 in front of ``upstream`` that applies ``rule`` to each
     request: a (status, code) answer replaces the upstream's (the request body is read
     and dropped), None forwards it. ``delay`` slows matching requests (seconds, by a
-    predicate). ``seen`` records (method, path, status) of every request."""
+    predicate). ``cut`` (method, path, request number) -> True sends only the first half
+    of that answer's body, then closes the connection (a body cut off in transit).
+    ``seen`` records (method, path, status) of every request."""
 
     def __init__(self, upstream: str, rule: Rule | None = None,
-                 delay: Callable[[str, str], float] | None = None) -> None:
+                 delay: Callable[[str, str], float] | None = None,
+                 cut: Callable[[str, str, int], bool] | None = None) -> None:
         self.upstream = upstream.removeprefix("http://")
         self.rule = rule
         self.delay = delay
+        self.cut = cut
         self.seen: list[tuple[str, str, int]] = []
         self._lock = threading.Lock()
         proxy = self
@@ -173,9 +177,11 @@ class FaultProxy:
                     conn.close()
                 with proxy._lock:  # before the answer: a client that has it may look
                     proxy.seen[number] = (self.command, self.path, status)
-                self._answer(status, out, data)
+                cut = proxy.cut is not None and proxy.cut(self.command, self.path, number)
+                self._answer(status, out, data, cut)
 
-            def _answer(self, status: int, headers: dict[str, str], data: bytes) -> None:
+            def _answer(self, status: int, headers: dict[str, str], data: bytes,
+                        cut: bool = False) -> None:
                 self.send_response(status)
                 for k, v in headers.items():
                     self.send_header(k, v)
@@ -183,7 +189,10 @@ class FaultProxy:
                     self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
-                    self.wfile.write(data)
+                    self.wfile.write(data[:len(data) // 2] if cut else data)
+                if cut:
+                    self.wfile.flush()
+                    self.close_connection = True
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
 

@@ -26,3 +26,25 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path: Path) -> 
         raise RuntimeError("disk full")
     assert target.read_text() == "old"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(TMP_PREFIX)]
+
+
+def test_the_file_is_fsynced_before_the_rename_and_the_folder_after_unless_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(
+            "folder" if os.path.isdir(f"/proc/self/fd/{fd}") else f"file of {os.fstat(fd).st_size} bytes"
+        )
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    atomic_write_bytes(tmp_path / "a", b"abc")
+    assert synced == ["file of 3 bytes", "folder"]
+    synced.clear()
+    with atomic_write(tmp_path / "b", sync_dir=False) as f:
+        f.write(b"abcd")
+        assert not (tmp_path / "b").exists()  # renamed only once synced
+    assert synced == ["file of 4 bytes"] and (tmp_path / "b").read_bytes() == b"abcd"

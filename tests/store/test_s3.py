@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from reprise.core._atomic import TMP_PREFIX
 from reprise.core._hashing import hash_bytes, hash_file
 from reprise.core.errors import (
     ArtifactNotFoundError,
@@ -139,6 +140,98 @@ def test_the_cache_fills_verified_serves_hits_and_evicts_least_recent(
         store.get_bytes(bad)
     assert cache.lookup(bad) is None and not list((cache.root / "tmp").iterdir())
     assert not store.verify(bad)  # verify reads the bucket, not the cache
+
+
+def _temps(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.name.startswith(TMP_PREFIX)]
+
+
+@pytest.mark.parametrize("cache_size", [None, 0], ids=["cached", "uncached"])
+def test_a_corrupt_blob_is_refused_on_get_and_nothing_is_left_at_the_destination(
+        s3_bucket: object, tmp_path: Path, cache_size: int | None) -> None:
+    data = os.urandom(300_000)
+    h, _ = _store(s3_bucket, cache_size=0).put_bytes(data)
+    s3_bucket.server.client().put_object(  # type: ignore[attr-defined]
+        Bucket=s3_bucket.bucket, Key=f"ws/blobs/{h[:2]}/{h[2:]}",  # type: ignore[attr-defined]
+        Body=bytes(len(data)))  # the right size, the wrong bytes
+    store = _store(s3_bucket, cache_size=cache_size)
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(IntegrityError, match="corrupt"):
+        store.copy_to(h, out / "new.bin")  # checked even without verify: it is free
+    assert list(out.iterdir()) == []
+    (out / "old.bin").write_bytes(b"old")
+    with pytest.raises(IntegrityError, match="corrupt"):
+        store.copy_to(h, out / "old.bin", verify=True)
+    assert (out / "old.bin").read_bytes() == b"old" and _temps(out) == []
+    if store.cache is not None:
+        assert store.cache.lookup(h) is None and _temps(store.cache.root) == []
+
+
+def test_a_small_put_and_a_get_are_one_request_each_and_a_get_one_fsync(
+        s3_bucket: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = os.urandom(200_000)
+    src = tmp_path / "src.bin"
+    src.write_bytes(data)
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    with FaultProxy(s3_bucket.server.endpoint) as proxy:  # type: ignore[attr-defined]
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+        h, _ = _store(s3_bucket, cache_size=0).put_file(src)
+        assert [(m, s) for m, _, s in proxy.seen] == [("PUT", 200)]  # conditional: no HEAD
+        del proxy.seen[:]
+        store = _store(s3_bucket)
+        monkeypatch.setattr(os, "fsync", fsync)
+        assert store.copy_to(h, tmp_path / "a.bin", verify=True).read_bytes() == data
+        assert [m for m, _, _ in proxy.seen] == ["GET"] and len(synced) == 1  # no HEAD
+        assert store.cache is not None and store.cache.lookup(h) is not None  # filled too
+        assert store.copy_to(h, tmp_path / "b.bin", verify=True).read_bytes() == data
+        assert len(proxy.seen) == 1 and len(synced) == 2  # a hit: no request
+        with pytest.raises(ArtifactNotFoundError, match="No blob"):
+            store.copy_to(hash_bytes(b"never stored"), tmp_path / "c.bin")
+        assert [(m, s) for m, _, s in proxy.seen[1:]] == [("GET", 404)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.bin", "b.bin", "blobcache",
+                                                          "src.bin"]
+    assert _temps(tmp_path) == []
+
+
+def test_a_body_cut_off_in_transit_is_fetched_again_from_its_start(
+        s3_bucket: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = os.urandom(3 << 20)
+    h, _ = _store(s3_bucket, cache_size=0).put_bytes(data)
+    with FaultProxy(s3_bucket.server.endpoint,  # type: ignore[attr-defined]
+                    cut=lambda method, path, number: number in (0, 2)) as proxy:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+        store = _store(s3_bucket)
+        assert store.copy_to(h, tmp_path / "a.bin").read_bytes() == data
+        assert store.cache is not None and store.cache.path(h).read_bytes() == data
+        store.cache.discard(h)
+        assert store.get_bytes(h, verify=True) == data  # the cache's own fill
+        assert [m for m, _, _ in proxy.seen] == ["GET"] * 4
+    assert _temps(tmp_path) == []
+
+
+def test_a_damaged_cached_copy_is_fetched_again_by_a_verified_read(
+        s3_bucket: object, tmp_path: Path) -> None:
+    store = _store(s3_bucket)
+    data = os.urandom(100_000)
+    h, _ = store.put_bytes(data)  # the put leaves it in the cache
+    assert store.cache is not None
+    cached = store.cache.path(h)
+    for damaged in (bytes(len(data)), b""):  # what a power loss may leave of an entry
+        os.chmod(cached, 0o644)
+        cached.write_bytes(damaged)
+        assert store.copy_to(h, tmp_path / "a.bin", verify=True).read_bytes() == data
+        assert cached.read_bytes() == data  # replaced by a verified copy
+        os.chmod(cached, 0o644)
+        cached.write_bytes(damaged)
+        assert store.get_bytes(h, verify=True) == data
+        assert cached.read_bytes() == data
 
 
 def test_cache_settings_from_the_workspace_config(s3_bucket: object, tmp_path: Path,

@@ -57,10 +57,16 @@ def sync_filesystem(path: str | os.PathLike[str]) -> None:
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike[str], *, mode: str = "wb") -> Iterator[IO[bytes]]:
+def atomic_write(
+    path: str | os.PathLike[str], *, mode: str = "wb", sync_dir: bool = True
+) -> Iterator[IO[bytes]]:
     """Open a temp file beside ``path``; on clean exit fsync it and rename onto ``path``.
 
-    On an exception the temp file is removed and ``path`` is untouched.
+    On an exception the temp file is removed and ``path`` is untouched. The folder is
+    fsynced after the rename (the new name survives a power loss) unless ``sync_dir`` is
+    false: for a copy of something kept elsewhere, where losing the rename on a power
+    loss only leaves ``path`` as it was before (the file itself is fsynced before the
+    rename either way, so ``path`` is never seen partial).
 
     Example:
         >>> import tempfile, pathlib
@@ -84,7 +90,8 @@ def atomic_write(path: str | os.PathLike[str], *, mode: str = "wb") -> Iterator[
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    fsync_dir(target.parent)
+    if sync_dir:
+        fsync_dir(target.parent)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:

@@ -9,6 +9,10 @@ a blob is named by the hash of its bytes, so one cached copy serves any bucket):
 A blob enters the cache only by an atomic rename of a temp file whose bytes were
 hashed and found equal to its name, so a reader never opens a partial or wrong copy,
 and two processes filling the same blob at once both succeed (same bytes either way).
+Entries are not fsynced: each is a copy of a blob the remote store keeps, and an
+fsync would cost every fill a journal commit. A power loss can leave an entry empty or
+short; the S3 store's verified reads (``copy_to`` / ``get_bytes`` with ``verify``)
+hash an entry before using it and fetch the blob again when it does not match.
 Eviction is least-recently-used by mtime (a hit refreshes it; atime is unreliable on
 ``relatime``/``noatime`` mounts) once the total passes the limit; unlinking a file a
 reader has open is harmless on POSIX, and a reader whose file vanished between
@@ -49,6 +53,7 @@ class BlobCache:
         self.limit = int(limit)
         self._estimate = 0  # bytes in the cache as of the last listing, plus fills since
         self._listed = -float("inf")
+        self._tmp_made = False  # tmp/ made by this instance (not re-made on every fill)
 
     def path(self, h: str) -> Path:
         return self.root / h[:2] / h[2:]
@@ -67,7 +72,9 @@ class BlobCache:
 
     def temp_path(self) -> Path:
         tmp = self.root / "tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
+        if not self._tmp_made or not tmp.is_dir():  # a user may have emptied the cache
+            tmp.mkdir(parents=True, exist_ok=True)
+            self._tmp_made = True
         return tmp / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
 
     def fill(self, h: str, download: Callable[[Path], tuple[int, str] | None]
@@ -95,9 +102,12 @@ class BlobCache:
     def adopt(self, h: str, tmp: Path, size: int) -> Path:
         """Move a verified file made by :meth:`temp_path` into the cache as blob ``h``."""
         target = self.path(h)
-        target.parent.mkdir(parents=True, exist_ok=True)
         os.chmod(tmp, 0o444)
-        os.replace(tmp, target)  # atomic; a racing filler renames the same bytes
+        try:
+            os.replace(tmp, target)  # atomic; a racing filler renames the same bytes
+        except FileNotFoundError:  # the first blob under this prefix (tmp is there)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, target)
         # The folder is listed (to evict) only when this process's running estimate of
         # the total passes the limit, or a minute after the last listing (other processes
         # fill it too), not on every fill: a cache of 100,000 blobs takes a while to list.

@@ -52,16 +52,16 @@ import contextlib
 import io
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import IO, Any, BinaryIO, cast
 from urllib.parse import urlsplit
 
 from reprise.core._atomic import atomic_write
 from reprise.core._hashing import hash_bytes, hash_file, new_hasher
 from reprise.core._units import parse_size
-from reprise.core.errors import ConfigError, StoreError
+from reprise.core.errors import ConfigError, IntegrityError, StoreError
 from reprise.store._artifacts import _CHUNK, BaseArtifactStore, _check_hash
 from reprise.store._blobcache import DEFAULT_CACHE_SIZE, BlobCache, default_cache_dir
 
@@ -75,6 +75,15 @@ _MAX_PARTS = 10_000
 _READ_BLOCK = 4 << 20  # ranged GETs of a streamed read (a few are held at once)
 _TOUCH_AFTER = 60.0
 _DEFAULT_ATTEMPTS = 8
+
+
+class _StaleCopy(Exception):
+    """A cached copy whose bytes do not hash to its name (see ``copy_to``)."""
+
+
+def _unlink_quietly(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
 
 
 class _FileRegion(io.RawIOBase):
@@ -406,19 +415,22 @@ class S3ArtifactStore(BaseArtifactStore):
             times.append(cast(datetime, touch["LastModified"]).timestamp())
         return max(times)
 
-    def _download(self, h: str, dest: Path, limit: int) -> tuple[int, str] | None:
-        """GET the blob into ``dest``, hashing while writing; None (nothing written) when
-        it is larger than ``limit``. One request: the size comes with the body."""
+    def _get(self, h: str, sinks: Callable[[int], list[IO[bytes]]]) -> tuple[int, str] | None:
+        """GET the blob once, writing its body into each of ``sinks(size)`` (called when the
+        size arrives with the headers; an empty list: nothing is read, None returned) and
+        hashing it on the way; return ``(size, hash)``. A missing blob is the GET's own 404
+        (``ArtifactNotFoundError``): no HEAD before it."""
         from fsspec.asyn import sync
 
         try:
             with self._errors("read"):
                 return cast("tuple[int, str] | None",
-                            sync(self.fs.loop, self._get_hashed, self._key(h), dest, limit))
+                            sync(self.fs.loop, self._get_hashed, self._key(h), sinks))
         except FileNotFoundError:
             raise self._missing(h) from None
 
-    async def _get_hashed(self, target: str, dest: Path, limit: int) -> tuple[int, str] | None:
+    async def _get_hashed(self, target: str, sinks: Callable[[int], list[IO[bytes]]]
+                          ) -> tuple[int, str] | None:
         from s3fs.core import S3_RETRYABLE_ERRORS
 
         bucket, key = self._split(target)
@@ -427,15 +439,21 @@ class S3ArtifactStore(BaseArtifactStore):
             resp = await self.fs._call_s3("get_object", Bucket=bucket, Key=key)
             body, size = resp["Body"], int(resp["ContentLength"])
             try:
-                if size > limit:
+                files = sinks(size)
+                if not files:
                     return None
+                for f in files:  # empty them: a retry starts over
+                    f.seek(0)
+                    f.truncate()
                 hasher, got = new_hasher(), 0
-                with open(dest, "wb") as f:
-                    while chunk := await body.read(_CHUNK):
+                while chunk := await body.read(_CHUNK):
+                    for f in files:
                         f.write(chunk)
-                        hasher.update(chunk)
-                        got += len(chunk)
+                    hasher.update(chunk)
+                    got += len(chunk)
                 if got == size:
+                    for f in files:
+                        f.flush()
                     return size, str(hasher.hexdigest())
                 if attempt == 2:
                     raise StoreError(f"S3 sent {got} of the {size} bytes of {target}.")
@@ -445,6 +463,12 @@ class S3ArtifactStore(BaseArtifactStore):
             finally:
                 body.close()
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _download(self, h: str, dest: Path, limit: int) -> tuple[int, str] | None:
+        """GET the blob into ``dest``, hashing while writing; None (nothing written) when
+        it is larger than ``limit``. One request: the size comes with the body."""
+        with open(dest, "wb") as f:
+            return self._get(h, lambda size: [f] if size <= limit else [])
 
     def _cached(self, h: str) -> tuple[Path, bool] | None:
         """The blob's verified cached copy and whether it was filled just now; None when
@@ -469,23 +493,102 @@ class S3ArtifactStore(BaseArtifactStore):
                 return open(found[0], "rb")
         return self._stream(h)
 
+    def get_bytes(self, h: str, *, verify: bool = False,
+                  expected_size: int | None = None) -> bytes:
+        """As the base class; a cached copy that fails the check (an unsynced cache entry
+        after a power loss, see :meth:`copy_to`) is dropped and the blob fetched again,
+        verified on fill, instead of failing."""
+        try:
+            return super().get_bytes(h, verify=verify, expected_size=expected_size)
+        except IntegrityError:
+            if self.cache is None or self.cache.lookup(_check_hash(h)) is None:
+                raise
+            self.cache.discard(h)
+            return super().get_bytes(h, verify=verify, expected_size=expected_size)
+
     def copy_to(self, h: str, dest: str | os.PathLike[str], *, verify: bool = False) -> Path:
-        """From the cache (a local copy) when the blob fits; a copy filled just now was
-        verified on fill, an older one is hashed again when ``verify``."""
-        found = self._cached(h)
-        if found is None:
-            return super().copy_to(h, dest, verify=verify)
-        path, fresh = found
-        if verify and not fresh and hash_file(path) != h:
-            self.cache.discard(h)  # type: ignore[union-attr]
-            return self.copy_to(h, dest, verify=verify)  # filled again, verified
-        with open(path, "rb") as src, atomic_write(dest) as out:
-            size, offset = os.fstat(src.fileno()).st_size, 0
-            while offset < size:  # in the kernel (the bytes are in the page cache)
-                sent = os.sendfile(out.fileno(), src.fileno(), offset, size - offset)
-                if sent == 0:
-                    raise StoreError(f"the cached copy {path} shrank while being copied")
-                offset += sent
+        """Write the blob to the file ``dest`` atomically (a temp file beside it, fsynced,
+        renamed); return ``dest`` as a Path.
+
+        A cache hit is copied (hashed on the way when ``verify``; a cached copy that does
+        not match is dropped and fetched again). A miss is one GET (no HEAD first) whose
+        body is written as it arrives into the temp file beside ``dest`` and into the
+        cache (when the blob fits its limit) while being hashed: the bytes cross the
+        network once and are never read back; they are always verified, and ``dest``
+        appears only if they hash to ``h`` (else ``IntegrityError``, and neither ``dest``
+        nor a cache entry is made).
+
+        One fsync: ``dest``'s bytes before the rename, so that ``dest`` is never seen
+        partial, even after a power loss. The folder is not fsynced after the rename: a
+        power loss may forget the rename, and ``dest`` is then as before the call (with at
+        worst the whole temp file, ``.tmp-…``, beside it, as when the power goes between
+        the fsync and the rename); the blob is still in the bucket. The cache entry is not
+        fsynced either: it is a copy of the bucket's blob, and a power loss can leave an
+        unsynced one empty or short. The verified reads, ``copy_to(verify=True)`` and
+        ``get_bytes(verify=True)`` (what the materializers load through), hash a cached
+        copy before using it and fetch the blob again when it does not match, so they never
+        pass such an entry on; an unverified ``open`` trusts the entry as a local store's
+        reads trust its files. An fsync per entry would cost every get a second journal
+        commit to guard against what the verified reads already catch.
+        """
+        _check_hash(h)
+        if self.cache is not None:
+            path = self.cache.lookup(h)
+            if path is not None:
+                with contextlib.suppress(FileNotFoundError):  # evicted meanwhile: fetch
+                    if self._copy_cached(h, path, dest, verify):
+                        return Path(dest)
+                    self.cache.discard(h)  # wrong bytes: fetched again below, verified
+        return self._fetch_to(h, dest)
+
+    def _copy_cached(self, h: str, path: Path, dest: str | os.PathLike[str],
+                     verify: bool) -> bool:
+        """Copy the cached ``path`` to ``dest``; False (``dest`` untouched) when ``verify``
+        and its bytes do not hash to ``h``."""
+        with open(path, "rb") as src:
+            try:
+                with atomic_write(dest, sync_dir=False) as out:
+                    if verify:  # one read: hashed and written chunk by chunk
+                        hasher = new_hasher()
+                        while chunk := src.read(_CHUNK):
+                            hasher.update(chunk)
+                            out.write(chunk)
+                        if hasher.hexdigest() != h:
+                            raise _StaleCopy
+                    else:  # in the kernel
+                        size, offset = os.fstat(src.fileno()).st_size, 0
+                        while offset < size:
+                            sent = os.sendfile(out.fileno(), src.fileno(), offset,
+                                               size - offset)
+                            if sent == 0:
+                                raise StoreError(
+                                    f"the cached copy {path} shrank while being copied")
+                            offset += sent
+            except _StaleCopy:
+                return False
+        return True
+
+    def _fetch_to(self, h: str, dest: str | os.PathLike[str]) -> Path:
+        """One GET into a temp file beside ``dest`` and, when it fits, the cache."""
+        cache = self.cache
+        with contextlib.ExitStack() as stack:
+            out = stack.enter_context(atomic_write(dest, sync_dir=False))
+            cached: list[IO[bytes]] = []
+
+            def sinks(size: int) -> list[IO[bytes]]:
+                if cache is not None and size <= cache.limit and not cached:
+                    tmp = cache.temp_path()
+                    stack.callback(_unlink_quietly, tmp)  # unless adopted first
+                    cached.append(stack.enter_context(open(tmp, "wb")))
+                return [out, *cached]
+
+            # never None: sinks always gives at least dest's temp file
+            size, digest = cast("tuple[int, str]", self._get(h, sinks))
+            if digest != h:  # leaving the block removes both temp files
+                raise self._corrupt(h, "the bytes S3 sent do not hash to its name")
+            if cached and cache is not None:
+                cached[0].close()
+                cache.adopt(h, Path(cached[0].name), size)
         return Path(dest)
 
     def _stream(self, h: str) -> BinaryIO:
