@@ -24,7 +24,7 @@ import reprise
 from reprise.core.errors import ConfigError
 from reprise.registry import RegistrySource, promote, register_package
 from reprise.serve import Settings, abort_rollout, start_rollout
-from reprise.serve._cache import ResponseCache, input_dtypes, row_keys
+from reprise.serve._cache import _MAX_LAYOUTS, InputDtypes, ResponseCache, input_dtypes, row_keys
 from tests.registry.test_registry import pkg
 from tests.serve.fakes import SIGNATURE, FakeSource, run, score, serving, wait_until
 
@@ -459,3 +459,22 @@ def test_a_rollout_weight_change_drops_the_cache(ws: Any) -> None:
             state.rollouts._apply(split, replace(split.rollout, weight=100.0, step=1))
             assert len(state.cache) == 0
     run(main())
+
+
+def test_remembered_layouts_give_the_keys_of_the_plain_path() -> None:
+    # a version's InputDtypes remembers how each set of column names is laid out; the
+    # keys are those of a plain mapping, whatever the columns' order, row by row
+    floats = InputDtypes({"a": "float", "b": "float"})
+    columns = {"b": [1, 2.5, True, np.float32(0.5)], "a": [1.0, -0.0, 0.0, 3.0]}
+    first = row_keys(columns, 4, floats)
+    assert first == row_keys(columns, 4, dict(floats))
+    assert row_keys({"a": columns["a"], "b": columns["b"]}, 4, floats) == first
+    assert len(floats.layouts) == 2  # one per order of names seen
+    assert len(set(first)) == 4  # -0.0 and 0.0 stay apart; 1 and 1.0 are one value
+    assert row_keys({"a": [1.0], "b": [1.0]}, 1, floats)[0] == first[0]
+    mixed = input_dtypes(SIGNATURE)
+    row = {"x": [1.0], "y": [2], "plan": ["basic"]}
+    assert row_keys(row, 1, mixed) == row_keys(row, 1, dict(mixed)) == row_keys(row, 1, mixed)
+    for i in range(2 * _MAX_LAYOUTS):  # many sets of names: a bounded memory
+        row_keys({f"c{i}": [1.0]}, 1, floats)
+    assert len(floats.layouts) <= _MAX_LAYOUTS

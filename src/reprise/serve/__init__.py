@@ -1,17 +1,18 @@
 """Layer 6: serving — an HTTP server for registered models.
 
-``create_app(source, ["churn@production"])`` is a FastAPI app with Reprise's JSON API
-(``/v1/models/NAME/predict``), the Open Inference Protocol (KServe V2) REST endpoints,
-health probes and Prometheus metrics; requests are validated against the model's
-signature and gathered into micro-batches; aliases are followed and versions swapped
-without dropping requests. ``run_server`` runs it with uvicorn (``reprise serve``).
+``create_app(source, ["churn@production"])`` is an ASGI app (Starlette's) with Reprise's
+JSON API (``/v1/models/NAME/predict``), the Open Inference Protocol (KServe V2) REST
+endpoints, health probes, Prometheus metrics and the API's documentation (``/docs``);
+requests are validated against the model's signature and gathered into micro-batches;
+aliases are followed and versions swapped without dropping requests. ``run_server`` runs it
+with uvicorn (``reprise serve``).
 
 Rollouts (canary, shadow, blue-green) move an alias to a candidate version under
 automatic analysis: ``start_rollout``, ``rollout_status``, ``list_rollouts``,
 ``promote_rollout``, ``abort_rollout``, and ``analyze_once`` (one decision round).
 
-Nothing heavy is imported here: FastAPI, uvicorn, prometheus-client and numpy load when
-a server is created.
+Nothing heavy is imported here: Starlette, uvicorn, prometheus-client and numpy load when
+a server is created; FastAPI only when its API documentation is first asked for.
 
 Example:
     >>> from reprise.serve import Settings

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from hashlib import blake2b
 from typing import Any
 
-__all__ = ["ResponseCache", "input_dtypes", "row_keys"]
+__all__ = ["InputDtypes", "ResponseCache", "input_dtypes", "row_keys"]
 
 # What one entry costs beyond its outputs: the OrderedDict's node and hash slot, the key
 # tuple (name and version are shared strings/ints), the 16-byte digest, the entry tuple.
@@ -68,9 +68,38 @@ def _canonical(value: Any, native: tuple[str, type] | None) -> Any:
     return ("object", f"{t.__module__}.{t.__qualname__}", repr(value))
 
 
-def input_dtypes(signature: Any) -> dict[str, str]:
+class InputDtypes(dict[str, str]):
+    """The dtype of each scalar input field (a dict), which also remembers, per set of
+    column names, how :func:`row_keys` lays those rows out (sorted names, the digest's
+    head, the packer of all-float rows): worked out once per version, not per request."""
+
+    __slots__ = ("layouts",)
+
+    def __init__(self, dtypes: Mapping[str, str]) -> None:
+        super().__init__(dtypes)
+        self.layouts: dict[tuple[str, ...], _Layout] = {}
+
+
+class _Layout:
+    """How rows of one set of column names become digest inputs (see :func:`row_keys`)."""
+
+    __slots__ = ("cols", "fast", "head", "names", "packer", "prefix")
+
+    def __init__(self, names: Sequence[str], dtypes: Mapping[str, str]) -> None:
+        self.names = sorted(names)
+        self.head = repr(self.names).encode("utf-8", "surrogatepass")
+        self.cols = [_NATIVE.get(dtypes.get(n, "")) for n in self.names]
+        self.fast = all(native is _FLOAT for native in self.cols)  # all float fields
+        self.packer = struct.Struct(f"<{len(self.names)}d")
+        self.prefix = self.head + ("f" * len(self.names)).encode()
+
+
+_MAX_LAYOUTS = 64  # distinct sets of column names remembered per version
+
+
+def input_dtypes(signature: Any) -> InputDtypes:
     """The dtype of each scalar input field of ``signature`` (for :func:`row_keys`)."""
-    return {f.name: f.dtype for f in signature.inputs if not f.shape}
+    return InputDtypes({f.name: f.dtype for f in signature.inputs if not f.shape})
 
 
 def row_keys(columns: dict[str, Any], rows: int,
@@ -82,25 +111,32 @@ def row_keys(columns: dict[str, Any], rows: int,
     The digest's input: the column names, one tag per value, the floats packed (8 bytes
     each; ``repr`` of 20 floats costs ten times more), then ``repr`` of the other values
     (exact and typed for :func:`_canonical`'s results). The tags fix the layout, so two
-    different rows never give the same input."""
-    dtypes = dtypes or {}
-    names = sorted(columns)
-    head = repr(names).encode("utf-8", "surrogatepass")
-    cols = [(columns[n], _NATIVE.get(dtypes.get(n, ""))) for n in names]
+    different rows never give the same input. The layout of a set of column names is
+    remembered by an :class:`InputDtypes` (a server's requests share a few)."""
+    dtypes = dtypes if dtypes is not None else {}
+    layouts = getattr(dtypes, "layouts", None)
+    layout = None
+    if layouts is not None:
+        names = tuple(columns)
+        layout = layouts.get(names)
+        if layout is None:
+            layout = _Layout(names, dtypes)
+            if len(layouts) < _MAX_LAYOUTS:
+                layouts[names] = layout
+    else:
+        layout = _Layout(list(columns), dtypes)
+    cols = [columns[n] for n in layout.names]
+    pairs = list(zip(cols, layout.cols, strict=True))
+    if not layout.fast:
+        return [_row_key(layout.head, pairs, i) for i in range(rows)]
+    prefix, pack = layout.prefix, layout.packer.pack  # all float fields: packed at once
     keys = []
-    if all(native is _FLOAT for _, native in cols):  # all float fields: pack at once
-        fmt, tags = f"<{len(cols)}d", ("f" * len(cols)).encode()
-        fast = [c for c, _ in cols]
-        for i in range(rows):
-            values = [c[i] for c in fast]
-            if {type(v) for v in values} <= _NUMBERS:
-                keys.append(blake2b(head + tags + struct.pack(fmt, *values),
-                                    digest_size=16).digest())
-            else:
-                keys.append(_row_key(head, cols, i))
-        return keys
     for i in range(rows):
-        keys.append(_row_key(head, cols, i))
+        values = [c[i] for c in cols]
+        if set(map(type, values)) <= _NUMBERS:
+            keys.append(blake2b(prefix + pack(*values), digest_size=16).digest())
+        else:
+            keys.append(_row_key(layout.head, pairs, i))
     return keys
 
 
@@ -129,9 +165,12 @@ def _row_key(head: bytes, cols: list[tuple[Any, tuple[str, type] | None]], i: in
 
 def _sizeof(value: Any) -> int:
     size = sys.getsizeof(value)
-    if type(value) is list or type(value) is tuple:
-        size += sum(_sizeof(v) for v in value)
-    elif type(value) is dict:
+    t = type(value)
+    if t is list or t is tuple:
+        for v in value:
+            tv = type(v)
+            size += _sizeof(v) if tv is list or tv is tuple or tv is dict else sys.getsizeof(v)
+    elif t is dict:
         size += sum(_sizeof(k) + _sizeof(v) for k, v in value.items())
     return size
 
@@ -198,7 +237,8 @@ class ResponseCache:
             shapes: dict[str, tuple[int, ...]]) -> None:
         """Store one answer's rows (``outputs[col][i]`` is the answer to ``keys[i]``)."""
         names = tuple(outputs)
-        rows = [tuple(outputs[n][i] for n in names) for i in range(len(keys))]
+        cols = [outputs[n] for n in names]
+        rows = [tuple([c[i] for c in cols]) for i in range(len(keys))]
         sizes = [_ENTRY_OVERHEAD + _sizeof(row) for row in rows]
         with self._lock:
             meta = self._meta.get((name, version))

@@ -13,37 +13,38 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from reprise.serve._http import ClientGone, HTTPError, dumps, parse_json, read_body
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
+    from starlette.requests import Request
+    from starlette.responses import Response
 
     from reprise.serve._server import ServerState
 
-__all__ = ["add_feedback_route"]
+__all__ = ["feedback_spec"]
 
 
-def add_feedback_route(app: FastAPI, state: ServerState) -> None:
-    from fastapi import Request
-    from fastapi.responses import Response
+def feedback_spec(state: ServerState) -> tuple[str, str, Callable[[Request], Awaitable[Response]],
+                                               list[str], str, dict[str, Any]]:
+    """The route (path, method, endpoint, tags, summary, OpenAPI extras) of the feedback
+    endpoint, for ``create_app``."""
 
     def answer(payload: Any, status: int = 200) -> Response:
+        from starlette.responses import Response
+
         return Response(dumps(payload), status_code=status, media_type="application/json")
 
-    async def feedback(name: str, request: Request) -> Any:
+    async def feedback(request: Request) -> Response:
         try:
-            return answer(await _store(state, name, request))
+            return answer(await _store(state, request.path_params["name"], request))
         except HTTPError as exc:
             return answer(exc.body(), exc.status)
 
-    # FastAPI reads the annotations to inject the request; postponed, they are strings
-    # naming this function's local import, which it cannot resolve: give it the class
-    feedback.__annotations__.update(name=str, request=Request)
-    app.post("/v1/models/{name}/feedback", tags=["v1"],
-             summary="Labels for logged predictions, by request id",
-             openapi_extra=_OPENAPI)(feedback)
+    return ("/v1/models/{name}/feedback", "POST", feedback, ["v1"],
+            "Labels for logged predictions, by request id", _OPENAPI)
 
 
 _ITEM = {"type": "object", "required": ["request_id", "label"], "additionalProperties": False,

@@ -39,7 +39,7 @@ def run_server(source: ModelSource, refs: list[str], *, settings: Settings | Non
         >>> run_server(RegistrySource(), ["churn@production"], port=8000)  # doctest: +SKIP
     """
     uvicorn = require("uvicorn", "serve", "serving models")
-    require("fastapi", "serve", "serving models")
+    require("starlette", "serve", "serving models")
     require("prometheus_client", "serve", "serving models")
     require("httptools", "serve", "serving models")
     from reprise.core.errors import RepriseError, ServingError
