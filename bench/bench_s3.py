@@ -17,6 +17,13 @@ would otherwise skip the second put of the same bytes) and a cold blob cache.
   A third side, ``s3fs_durable``, gives ``s3fs.get_file`` the same guarantee as
   Reprise's (into a temp name, fsync, rename; still no hash check): the ratio against
   it shows what the get costs beyond the fsync.
+* load (what a pipeline step's input load does): the materializers' own path,
+  ``_verified_file(store, h)`` (a verified local file in a temp folder deleted once
+  loaded: ``copy_to(verify=True, durable=False, link=True)``, i.e. one GET hashed into
+  the read-through cache, the temp file a hard link to the read-only cached copy, no
+  fsync) vs ``s3fs.get_file`` of the same files into a temp folder, deleted likewise.
+  ``cold``: the cache is emptied before each round, so every load downloads; ``warm``:
+  the round after, the blobs cached (s3fs has no cache: it downloads again).
 * read (into memory): Reprise ``store.get_bytes(h, verify=True)`` (through the cache,
   cold) vs ``s3fs.cat_file``.
 
@@ -32,6 +39,7 @@ import os
 import shutil
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -42,6 +50,7 @@ from tests._s3 import FAKE_CREDENTIALS, S3Server  # noqa: E402
 
 import reprise  # noqa: E402
 from _common import WORK, finish  # noqa: E402
+from reprise.store._materializer import _verified_file  # noqa: E402
 from reprise.store._s3 import S3ArtifactStore  # noqa: E402
 
 
@@ -91,8 +100,9 @@ def measure(server: S3Server, files: list[Path], work: Path, repeats: int
     total = sum(p.stat().st_size for p in files)
     samples: dict[str, list[float]] = {k: [] for k in
                                        ("reprise_put", "s3fs_put", "reprise_get", "s3fs_get",
-                                        "s3fs_durable_get", "reprise_read", "s3fs_read",
-                                        "fsync_1mib_ms")}
+                                        "s3fs_durable_get", "reprise_load", "s3fs_load",
+                                        "reprise_load_warm", "s3fs_load_warm",
+                                        "reprise_read", "s3fs_read", "fsync_1mib_ms")}
     for r in range(repeats):
         raw = s3fs.S3FileSystem(skip_instance_cache=True, use_listings_cache=False)
         ours_bucket, raw_bucket = server.new_bucket(), server.new_bucket()
@@ -132,6 +142,20 @@ def measure(server: S3Server, files: list[Path], work: Path, repeats: int
         for p in files:
             assert (out / f"r-{p.name}").stat().st_size == p.stat().st_size
         shutil.rmtree(out)
+        for temp in ("", "_warm"):  # cold (the cache emptied first), then warm
+            for who in order:
+                if who == "reprise" and not temp:
+                    shutil.rmtree(cache, ignore_errors=True)
+                t0 = time.perf_counter()
+                if who == "reprise":
+                    for h in hashes:
+                        with _verified_file(store, h):
+                            pass
+                else:
+                    for p in files:
+                        with tempfile.TemporaryDirectory(prefix="reprise-", dir=work) as tmp:
+                            raw.get_file(f"{raw_bucket}/{p.name}", os.path.join(tmp, "blob"))
+                samples[f"{who}_load{temp}"].append(_rate(total, time.perf_counter() - t0))
         shutil.rmtree(cache, ignore_errors=True)  # cold again
         for who in order:  # into memory: get_bytes(verify=True) vs cat_file
             t0 = time.perf_counter()
@@ -173,13 +197,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             for k, v in samples.items():
                 unit = "" if k.endswith("_ms") else "_mb_s"
                 figures[f"{name}_{k}{unit}"] = statistics.median(v)
-            for op in ("put", "get", "read"):
+            for op in ("put", "get", "load", "load_warm", "read"):
                 ratios[f"{name}_{op}_reprise_over_s3fs"] = (
                     figures[f"{name}_reprise_{op}_mb_s"] / figures[f"{name}_s3fs_{op}_mb_s"])
             ratios[f"{name}_get_reprise_over_s3fs_durable"] = (
                 figures[f"{name}_reprise_get_mb_s"] / figures[f"{name}_s3fs_durable_get_mb_s"])
             ratios[f"{name}_get_reprise_over_s3fs_paired_median"] = statistics.median(
                 a / b for a, b in zip(samples["reprise_get"], samples["s3fs_get"], strict=True))
+            ratios[f"{name}_load_reprise_over_s3fs_paired_median"] = statistics.median(
+                a / b for a, b in zip(samples["reprise_load"], samples["s3fs_load"],
+                                      strict=True))
             figures[f"{name}_files"] = float(count)
             figures[f"{name}_file_bytes"] = float(size)
     finally:
@@ -190,6 +217,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {"figures": figures, "ratios": ratios, "samples": all_samples,
               "repeats": args.repeats, "peer": f"s3fs {s3fs.__version__}",
               "reprise": reprise.__version__, "goal": "reprise >= 0.8x raw s3fs, put and get",
+              "cpus": os.cpu_count(),
               "server": "moto (in-memory, one local process) on 127.0.0.1",
               "loadavg_before": list(load_before), "loadavg_after": list(os.getloadavg())}
     return finish("s3", result, quick=args.quick)

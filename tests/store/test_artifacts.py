@@ -100,6 +100,29 @@ class TestArtifactStoreConformance:
         out = store.copy_to(h, tmp_path / "sub" / "out.bin", verify=True)
         assert out.read_bytes() == b"copy me"
 
+    def test_a_durable_copy_is_fsynced_and_a_throwaway_one_is_not(
+            self, store: BaseArtifactStore, tmp_path: Path,
+            monkeypatch: pytest.MonkeyPatch) -> None:
+        h, _ = store.put_bytes(b"copy me")
+        synced: list[int] = []
+        real_fsync = os.fsync
+
+        def fsync(fd: int) -> None:
+            synced.append(fd)
+            real_fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        out = store.copy_to(h, tmp_path / "a.bin", verify=True, durable=False)
+        assert out.read_bytes() == b"copy me" and synced == []
+        assert store.copy_to(h, tmp_path / "b.bin", verify=True).read_bytes() == b"copy me"
+        assert len(synced) == 2  # the file, then its folder
+        # these stores have no read-only local copy to link: a copy, not fsynced
+        out = store.copy_to(h, tmp_path / "c.bin", durable=False, link=True)
+        assert out.read_bytes() == b"copy me" and len(synced) == 2
+        with pytest.raises(ValueError, match="durable=False"):
+            store.copy_to(h, tmp_path / "d.bin", link=True)
+        assert not (tmp_path / "d.bin").exists()
+
     def test_absent_blob(self, store: BaseArtifactStore) -> None:
         assert not store.exists(ABSENT)
         assert not store.delete(ABSENT)

@@ -457,3 +457,132 @@ def test_the_s3_store_is_public_api_as_the_other_artifact_stores() -> None:
 
     assert "S3ArtifactStore" in reprise.store.__all__
     assert reprise.store.S3ArtifactStore is S3ArtifactStore
+
+
+def _counting_fsync(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
+def test_a_throwaway_get_is_one_get_and_no_fsync_and_a_durable_one_still_fsyncs(
+        s3_bucket: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = os.urandom(200_000)
+    h, _ = _store(s3_bucket, cache_size=0).put_bytes(data)
+    with FaultProxy(s3_bucket.server.endpoint) as proxy:  # type: ignore[attr-defined]
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+        store = _store(s3_bucket)
+        assert store.cache is not None
+        synced = _counting_fsync(monkeypatch)
+        out = store.copy_to(h, tmp_path / "a.bin", verify=True, durable=False)
+        assert out.read_bytes() == data and synced == []
+        assert [m for m, _, _ in proxy.seen] == ["GET"]
+        assert store.cache.path(h).read_bytes() == data  # filled on the way
+        assert os.stat(out).st_ino != os.stat(store.cache.path(h)).st_ino  # a copy
+        store.cache.discard(h)
+        assert store.copy_to(h, tmp_path / "b.bin", verify=True).read_bytes() == data
+        assert len(synced) == 1 and len(proxy.seen) == 2  # durable: still its fsync
+        assert store.copy_to(h, tmp_path / "c.bin", verify=True).read_bytes() == data
+        assert len(synced) == 2 and len(proxy.seen) == 2  # a durable hit too
+        assert store.copy_to(h, tmp_path / "d.bin", durable=False).read_bytes() == data
+        assert len(synced) == 2 and len(proxy.seen) == 2  # a throwaway hit: none
+    assert _temps(tmp_path) == []
+
+
+def test_a_load_links_the_read_only_cached_copy_and_cannot_change_it(
+        s3_bucket: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from reprise.store._materializer import _verified_file
+
+    data = os.urandom(300_000)
+    h, _ = _store(s3_bucket, cache_size=0).put_bytes(data)
+    with FaultProxy(s3_bucket.server.endpoint) as proxy:  # type: ignore[attr-defined]
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+        store = _store(s3_bucket)
+        assert store.cache is not None
+        synced = _counting_fsync(monkeypatch)
+        with _verified_file(store, h) as path:  # a miss: into the cache alone, linked
+            assert path.read_bytes() == data
+            entry = store.cache.path(h)
+            assert os.stat(path).st_ino == os.stat(entry).st_ino
+            assert os.stat(path).st_mode & 0o222 == 0  # read-only: the loader cannot write
+            if os.geteuid() != 0:  # root writes through any mode
+                with pytest.raises(PermissionError):
+                    open(path, "r+b")  # noqa: SIM115
+            store.cache.discard(h)  # evicted while loaded: the link keeps the bytes
+            assert path.read_bytes() == data
+        assert [m for m, _, _ in proxy.seen] == ["GET"] and synced == []
+        out = store.copy_to(h, tmp_path / "a.bin", verify=True, durable=False, link=True)
+        assert out.read_bytes() == data and len(proxy.seen) == 2  # fetched again
+        with _verified_file(store, h) as path:  # a hit: linked, hashed, no request
+            assert path.read_bytes() == data
+            assert os.stat(path).st_ino == os.stat(store.cache.path(h)).st_ino
+        assert len(proxy.seen) == 2 and synced == []
+        assert store.cache.path(h).read_bytes() == data  # unchanged by the loads
+        with pytest.raises(ValueError, match="durable=False"):
+            store.copy_to(h, tmp_path / "b.bin", verify=True, link=True)
+    assert _temps(tmp_path) == []
+
+
+def test_a_damaged_cached_copy_is_not_linked_by_a_load(s3_bucket: object,
+                                                       tmp_path: Path) -> None:
+    store = _store(s3_bucket)
+    data = os.urandom(100_000)
+    h, _ = store.put_bytes(data)
+    assert store.cache is not None
+    cached = store.cache.path(h)
+    for damaged in (bytes(len(data)), b""):  # what a power loss may leave of an entry
+        os.chmod(cached, 0o644)
+        cached.write_bytes(damaged)
+        os.chmod(cached, 0o444)  # read-only as the cache makes it: the link path is taken
+        out = store.copy_to(h, tmp_path / "a.bin", verify=True, durable=False, link=True)
+        assert out.read_bytes() == data and cached.read_bytes() == data
+    os.chmod(cached, 0o644)  # a writable entry is copied, never linked
+    out = store.copy_to(h, tmp_path / "b.bin", verify=True, durable=False, link=True)
+    assert out.read_bytes() == data and os.stat(out).st_ino != os.stat(cached).st_ino
+    assert _temps(tmp_path) == []
+
+
+def test_a_corrupt_body_is_refused_on_the_load_path(s3_bucket: object,
+                                                    tmp_path: Path) -> None:
+    from reprise.store._materializer import _verified_file
+
+    data = os.urandom(300_000)
+    h, _ = _store(s3_bucket, cache_size=0).put_bytes(data)
+    s3_bucket.server.client().put_object(  # type: ignore[attr-defined]
+        Bucket=s3_bucket.bucket, Key=f"ws/blobs/{h[:2]}/{h[2:]}",  # type: ignore[attr-defined]
+        Body=bytes(len(data)))  # the right size, the wrong bytes
+    store = _store(s3_bucket)
+    assert store.cache is not None
+    with pytest.raises(IntegrityError, match="corrupt"), _verified_file(store, h):
+        pytest.fail("a corrupt blob was loaded")
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(IntegrityError, match="corrupt"):
+        store.copy_to(h, out / "x.bin", durable=False, link=True)
+    assert list(out.iterdir()) == []
+    assert store.cache.lookup(h) is None and _temps(store.cache.root) == []
+
+
+def test_a_load_into_another_filesystem_is_a_copy(s3_bucket: object, tmp_path: Path) -> None:
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("no second filesystem to load into")
+    import tempfile
+
+    store = _store(s3_bucket)
+    data = os.urandom(100_000)
+    h, _ = _store(s3_bucket, cache_size=0).put_bytes(data)
+    assert store.cache is not None
+    with tempfile.TemporaryDirectory(dir=shm) as folder:
+        for name in ("miss.bin", "hit.bin"):  # a GET, then the cached copy
+            out = store.copy_to(h, Path(folder) / name, verify=True, durable=False,
+                                link=True)
+            assert out.read_bytes() == data
+            assert os.stat(out).st_dev != os.stat(store.cache.path(h)).st_dev
+        assert _temps(Path(folder)) == []

@@ -58,7 +58,11 @@ def sync_filesystem(path: str | os.PathLike[str]) -> None:
 
 @contextlib.contextmanager
 def atomic_write(
-    path: str | os.PathLike[str], *, mode: str = "wb", sync_dir: bool = True
+    path: str | os.PathLike[str],
+    *,
+    mode: str = "wb",
+    sync_dir: bool = True,
+    fsync: bool = True,
 ) -> Iterator[IO[bytes]]:
     """Open a temp file beside ``path``; on clean exit fsync it and rename onto ``path``.
 
@@ -66,7 +70,10 @@ def atomic_write(
     fsynced after the rename (the new name survives a power loss) unless ``sync_dir`` is
     false: for a copy of something kept elsewhere, where losing the rename on a power
     loss only leaves ``path`` as it was before (the file itself is fsynced before the
-    rename either way, so ``path`` is never seen partial).
+    rename either way, so ``path`` is never seen partial). With ``fsync`` false nothing is
+    fsynced (``sync_dir`` is then ignored): the rename still hides a partial file from
+    other processes and from a killed writer, but not from a power loss; for a file that
+    does not outlive the process's work (a temp copy deleted once loaded).
 
     Example:
         >>> import tempfile, pathlib
@@ -84,13 +91,14 @@ def atomic_write(
         with os.fdopen(fd, mode) as f:
             yield f
             f.flush()
-            os.fsync(f.fileno())
+            if fsync:
+                os.fsync(f.fileno())
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    if sync_dir:
+    if sync_dir and fsync:
         fsync_dir(target.parent)
 
 

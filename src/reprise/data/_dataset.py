@@ -552,6 +552,7 @@ class Dataset:
             return Path(local)
         cache = Path(ws.config.workspace_dir) / "cache" / "datasets" / rec.artifact_hash
         if not cache.exists():  # remote store: cached locally on first read
+            # durable: later reads trust this copy without hashing it again
             ws.artifacts.copy_to(rec.artifact_hash, cache, verify=True)
         return cache
 

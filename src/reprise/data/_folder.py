@@ -102,7 +102,7 @@ def checkout_folder(ws: Any, rec: DatasetRecord, dest: Path) -> Path:
     if target.exists():
         raise UserError(f"{target} already exists; choose a new destination.")
     target.parent.mkdir(parents=True, exist_ok=True)
-    ws.artifacts.copy_to(rec.artifact_hash, target, verify=True)
+    ws.artifacts.copy_to(rec.artifact_hash, target, verify=True)  # the user's checkout: durable
     return target
 
 

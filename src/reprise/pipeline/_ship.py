@@ -219,7 +219,7 @@ def localize_paths(task: Task, base: Path) -> Task:
             if payload["kind"] == "dir":
                 load_object(store, art["hash"], art["materializer"], art.get("meta") or {},
                             dest=part)
-            else:
+            else:  # durable: later tasks reuse ``dest`` without verifying it again
                 store.copy_to(art["hash"], part, verify=True)
             dest.parent.mkdir(parents=True, exist_ok=True)
             try:

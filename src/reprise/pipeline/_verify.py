@@ -263,7 +263,9 @@ def _materialize_input(ws: Any, name: str, rec: dict[str, Any], dest: Path) -> A
         load_object(ws.artifacts, art.hash, art.materializer, art.meta, dest=out)
         return Dir(out)
     out = target / (Path(rec["path"]).name or "file")
-    ws.artifacts.copy_to(art.hash, out, verify=True)
+    # in verify's scratch folder, deleted after the replay: no fsync (durable=False); a
+    # copy, not a link, as the replayed step may write to its input file
+    ws.artifacts.copy_to(art.hash, out, verify=True, durable=False)
     return File(out)
 
 

@@ -118,6 +118,12 @@ def _check_hash(h: object) -> str:
     return h
 
 
+def _check_copy_flags(durable: bool, link: bool) -> None:
+    if link and durable:
+        raise ValueError("copy_to(link=True) needs durable=False: a hard link to a cached "
+                         "copy is not fsynced.")
+
+
 class BaseArtifactStore(abc.ABC):
     """Where artifact bytes live, addressed by the BLAKE3 hash of their content.
 
@@ -236,15 +242,27 @@ class BaseArtifactStore(abc.ABC):
             raise self._corrupt(h, "its bytes do not hash to its name")
         return data
 
-    def copy_to(self, h: str, dest: str | os.PathLike[str], *, verify: bool = False) -> Path:
+    def copy_to(self, h: str, dest: str | os.PathLike[str], *, verify: bool = False,
+                durable: bool = True, link: bool = False) -> Path:
         """Copy the blob to the file ``dest`` atomically; return ``dest`` as a Path.
 
         With ``verify``, the hash is checked while copying and ``dest`` is left
         untouched if it does not match.
+
+        ``durable`` (the default): ``dest`` is fsynced before it is renamed into place (and
+        here its folder after), so it is never seen partial even after a power loss. Pass
+        ``durable=False`` for a destination that does not outlive the caller's work (a temp
+        copy loaded then deleted): the same temp file and rename, no fsync.
+
+        ``link`` (only with ``durable=False``): the caller only reads ``dest`` and never
+        changes it or its mode, so a store with a local read-only copy of the blob (the S3
+        store's cache) may make ``dest`` a hard link to it instead of a copy; other stores
+        copy.
         """
+        _check_copy_flags(durable, link)
         size = self.size(h)
         hasher, copied = new_hasher(), 0
-        with self.open(h) as src, atomic_write(dest) as out:
+        with self.open(h) as src, atomic_write(dest, fsync=durable) as out:
             while chunk := src.read(_CHUNK):
                 out.write(chunk)
                 copied += len(chunk)

@@ -126,7 +126,9 @@ def _verified_file(store: BaseArtifactStore, h: str) -> Iterator[Path]:
         yield local
         return
     with tempfile.TemporaryDirectory(prefix="reprise-") as tmp:
-        yield store.copy_to(h, Path(tmp) / "blob", verify=True)
+        # deleted once loaded: an fsync would protect nothing (durable=False); the loaders
+        # only read it, so it may be a hard link to the S3 cache's read-only copy (link)
+        yield store.copy_to(h, Path(tmp) / "blob", verify=True, durable=False, link=True)
 
 
 def _as_path(obj: Any) -> Path | None:

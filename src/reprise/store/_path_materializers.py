@@ -50,7 +50,11 @@ class FileMaterializer(Materializer):
     def load(self, store: BaseArtifactStore, h: str, meta: dict[str, Any],
              dest: Path | None = None) -> Any:
         name = Path(str(meta.get("name") or "")).name or h  # never a path from the database
-        return store.copy_to(h, _dest_folder(dest) / name, verify=True)
+        # a caller's ``dest`` may be kept (a checkout): durable; without one, a fresh temp
+        # folder of this process's load (a step's input), forgotten after a power loss, so
+        # no fsync. Never a link: the step gets the path and may write to the file.
+        return store.copy_to(h, _dest_folder(dest) / name, verify=True,
+                             durable=dest is not None)
 
 
 class DirMaterializer(Materializer):

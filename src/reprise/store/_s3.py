@@ -49,8 +49,10 @@ a doomed blob's age just before deleting it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
+import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
@@ -58,11 +60,11 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
 from urllib.parse import urlsplit
 
-from reprise.core._atomic import atomic_write
+from reprise.core._atomic import TMP_PREFIX, atomic_write
 from reprise.core._hashing import hash_bytes, hash_file, new_hasher
 from reprise.core._units import parse_size
 from reprise.core.errors import ConfigError, IntegrityError, StoreError
-from reprise.store._artifacts import _CHUNK, BaseArtifactStore, _check_hash
+from reprise.store._artifacts import _CHUNK, BaseArtifactStore, _check_copy_flags, _check_hash
 from reprise.store._blobcache import DEFAULT_CACHE_SIZE, BlobCache, default_cache_dir
 
 __all__ = ["S3ArtifactStore"]
@@ -84,6 +86,40 @@ class _StaleCopy(Exception):
 def _unlink_quietly(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
+
+
+# errors of os.link that mean "no link here" (another filesystem, no hard links, too many
+# links), not a failure: the caller copies instead
+_NO_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP,
+                      errno.ENOTSUP, errno.EACCES})
+
+
+def _link_beside(src: Path, dest: Path) -> Path | None:
+    """A hard link to the read-only file ``src`` under a temp name beside ``dest`` (for the
+    caller to rename onto ``dest``), or None where no link can be made or ``src`` is
+    writable by its owner (a link would let the loader change the cached copy). A
+    ``FileNotFoundError`` (``src`` evicted meanwhile) is the caller's."""
+    if os.stat(src).st_mode & 0o222:
+        return None
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+    try:
+        os.link(src, tmp)
+    except OSError as exc:
+        if exc.errno in _NO_LINK:
+            return None
+        raise
+    return tmp
+
+
+def _send_all(src: IO[bytes], out: IO[bytes], path: Path) -> None:
+    """Copy the whole of ``src`` into ``out`` in the kernel."""
+    size, offset = os.fstat(src.fileno()).st_size, 0
+    while offset < size:
+        sent = os.sendfile(out.fileno(), src.fileno(), offset, size - offset)
+        if sent == 0:
+            raise StoreError(f"the cached copy {path} shrank while being copied")
+        offset += sent
 
 
 class _FileRegion(io.RawIOBase):
@@ -506,9 +542,10 @@ class S3ArtifactStore(BaseArtifactStore):
             self.cache.discard(h)
             return super().get_bytes(h, verify=verify, expected_size=expected_size)
 
-    def copy_to(self, h: str, dest: str | os.PathLike[str], *, verify: bool = False) -> Path:
-        """Write the blob to the file ``dest`` atomically (a temp file beside it, fsynced,
-        renamed); return ``dest`` as a Path.
+    def copy_to(self, h: str, dest: str | os.PathLike[str], *, verify: bool = False,
+                durable: bool = True, link: bool = False) -> Path:
+        """Write the blob to the file ``dest`` atomically (a temp file beside it, fsynced
+        unless ``durable`` is false, renamed); return ``dest`` as a Path.
 
         A cache hit is copied (hashed on the way when ``verify``; a cached copy that does
         not match is dropped and fetched again). A miss is one GET (no HEAD first) whose
@@ -518,13 +555,21 @@ class S3ArtifactStore(BaseArtifactStore):
         appears only if they hash to ``h`` (else ``IntegrityError``, and neither ``dest``
         nor a cache entry is made).
 
-        One fsync: ``dest``'s bytes before the rename, so that ``dest`` is never seen
-        partial, even after a power loss. The folder is not fsynced after the rename: a
-        power loss may forget the rename, and ``dest`` is then as before the call (with at
-        worst the whole temp file, ``.tmp-…``, beside it, as when the power goes between
-        the fsync and the rename); the blob is still in the bucket. The cache entry is not
-        fsynced either: it is a copy of the bucket's blob, and a power loss can leave an
-        unsynced one empty or short. The verified reads, ``copy_to(verify=True)`` and
+        With ``link`` (a throwaway, read-only destination: a load's temp copy), ``dest``
+        is a hard link to the cache's read-only (0o444) copy instead: a hit is linked (then
+        hashed through the link when ``verify``: the very inode handed out is checked), a
+        miss is written into the cache alone and linked, so its bytes hit the disk once.
+        Where a link cannot be made (``dest`` on another filesystem, a cache entry that is
+        not read-only, a blob over the cache's limit) ``dest`` is a copy as without
+        ``link``. The cache may evict the entry meanwhile: the link keeps the inode.
+
+        One fsync when ``durable``: ``dest``'s bytes before the rename, so that ``dest`` is
+        never seen partial, even after a power loss. The folder is not fsynced after the
+        rename: a power loss may forget the rename, and ``dest`` is then as before the call
+        (with at worst the whole temp file, ``.tmp-…``, beside it, as when the power goes
+        between the fsync and the rename); the blob is still in the bucket. The cache entry
+        is not fsynced either: it is a copy of the bucket's blob, and a power loss can leave
+        an unsynced one empty or short. The verified reads, ``copy_to(verify=True)`` and
         ``get_bytes(verify=True)`` (what the materializers load through), hash a cached
         copy before using it and fetch the blob again when it does not match, so they never
         pass such an entry on; an unverified ``open`` trusts the entry as a local store's
@@ -532,22 +577,26 @@ class S3ArtifactStore(BaseArtifactStore):
         commit to guard against what the verified reads already catch.
         """
         _check_hash(h)
+        _check_copy_flags(durable, link)
         if self.cache is not None:
             path = self.cache.lookup(h)
             if path is not None:
                 with contextlib.suppress(FileNotFoundError):  # evicted meanwhile: fetch
-                    if self._copy_cached(h, path, dest, verify):
+                    placed = self._link_cached(h, path, dest, verify) if link else None
+                    if placed is None:  # not linked: copied
+                        placed = self._copy_cached(h, path, dest, verify, durable)
+                    if placed:
                         return Path(dest)
                     self.cache.discard(h)  # wrong bytes: fetched again below, verified
-        return self._fetch_to(h, dest)
+        return self._fetch_to(h, dest, durable=durable, link=link)
 
     def _copy_cached(self, h: str, path: Path, dest: str | os.PathLike[str],
-                     verify: bool) -> bool:
+                     verify: bool, durable: bool = True) -> bool:
         """Copy the cached ``path`` to ``dest``; False (``dest`` untouched) when ``verify``
         and its bytes do not hash to ``h``."""
         with open(path, "rb") as src:
             try:
-                with atomic_write(dest, sync_dir=False) as out:
+                with atomic_write(dest, sync_dir=False, fsync=durable) as out:
                     if verify:  # one read: hashed and written chunk by chunk
                         hasher = new_hasher()
                         while chunk := src.read(_CHUNK):
@@ -556,39 +605,68 @@ class S3ArtifactStore(BaseArtifactStore):
                         if hasher.hexdigest() != h:
                             raise _StaleCopy
                     else:  # in the kernel
-                        size, offset = os.fstat(src.fileno()).st_size, 0
-                        while offset < size:
-                            sent = os.sendfile(out.fileno(), src.fileno(), offset,
-                                               size - offset)
-                            if sent == 0:
-                                raise StoreError(
-                                    f"the cached copy {path} shrank while being copied")
-                            offset += sent
+                        _send_all(src, out, path)
             except _StaleCopy:
                 return False
         return True
 
-    def _fetch_to(self, h: str, dest: str | os.PathLike[str]) -> Path:
-        """One GET into a temp file beside ``dest`` and, when it fits, the cache."""
+    def _link_cached(self, h: str, path: Path, dest: str | os.PathLike[str],
+                     verify: bool) -> bool | None:
+        """Hard-link the cached ``path`` to ``dest``, hashed through the link when
+        ``verify``; False (``dest`` untouched) when its bytes do not hash to ``h``, None
+        when no link can be made (the caller copies)."""
+        tmp = _link_beside(path, Path(dest))
+        if tmp is None:
+            return None
+        try:
+            if verify and hash_file(tmp) != h:
+                _unlink_quietly(tmp)
+                return False
+            os.replace(tmp, dest)
+        except BaseException:
+            _unlink_quietly(tmp)
+            raise
+        return True
+
+    def _fetch_to(self, h: str, dest: str | os.PathLike[str], *, durable: bool = True,
+                  link: bool = False) -> Path:
+        """One GET into a temp file beside ``dest`` and, when it fits, the cache; with
+        ``link``, into the cache alone, then ``dest`` linked to it."""
         cache = self.cache
         with contextlib.ExitStack() as stack:
-            out = stack.enter_context(atomic_write(dest, sync_dir=False))
+            files: list[IO[bytes]] = []
             cached: list[IO[bytes]] = []
 
             def sinks(size: int) -> list[IO[bytes]]:
-                if cache is not None and size <= cache.limit and not cached:
+                if files:  # a retry: the same files, emptied by the caller
+                    return files
+                if cache is not None and size <= cache.limit:
                     tmp = cache.temp_path()
                     stack.callback(_unlink_quietly, tmp)  # unless adopted first
                     cached.append(stack.enter_context(open(tmp, "wb")))
-                return [out, *cached]
+                if not (link and cached):
+                    files.append(stack.enter_context(
+                        atomic_write(dest, sync_dir=False, fsync=durable)))
+                files.extend(cached)
+                return files
 
-            # never None: sinks always gives at least dest's temp file
+            # never None: sinks always gives at least one file
             size, digest = cast("tuple[int, str]", self._get(h, sinks))
-            if digest != h:  # leaving the block removes both temp files
+            if digest != h:  # leaving the block removes the temp files
                 raise self._corrupt(h, "the bytes S3 sent do not hash to its name")
             if cached and cache is not None:
+                tmp = Path(cached[0].name)
                 cached[0].close()
-                cache.adopt(h, Path(cached[0].name), size)
+                if link and len(files) == 1:  # dest is not written: link it, else copy
+                    os.chmod(tmp, 0o444)  # before linking: dest is as read-only as the entry
+                    linked = _link_beside(tmp, Path(dest))
+                    if linked is not None:
+                        os.replace(linked, dest)
+                    else:
+                        with open(tmp, "rb") as src, \
+                                atomic_write(dest, sync_dir=False, fsync=False) as out:
+                            _send_all(src, out, tmp)
+                cache.adopt(h, tmp, size)
         return Path(dest)
 
     def _stream(self, h: str) -> BinaryIO:

@@ -238,6 +238,7 @@ def materialize_tree(store: BaseArtifactStore, h: str, dest: str | os.PathLike[s
         (out / parent).mkdir(parents=True, exist_ok=True)
 
     def write(item: tuple[str, str, int]) -> None:
+        # durable: a checkout, or a dataset folder's cache that later reads trust as is
         store.copy_to(item[1], out / item[0], verify=True)
         os.chmod(out / item[0], 0o644)
 
