@@ -96,7 +96,8 @@ def test_optimize_cli_errors_exit_2(mlp_workspace: tuple[Path, Any]) -> None:
     assert ("held-out rows     none found in lineage: mlp:1 was registered without a run"
             in done.stdout)
     assert "quantisation gate on 259 rows, basis: agreement" in done.stdout
-    assert "  accuracy          native 1.0000" in done.stdout
+    assert "  accuracy  native 1.0000 [" in done.stdout
+    assert "  95% intervals; drop: paired bootstrap" in done.stdout
     for args, message in ((("mlp",), "NAME:VERSION"),
                           (("mlp:1", "--quantize", "int4"), "quantize must be"),
                           (("mlp:9",), "no version 9")):
