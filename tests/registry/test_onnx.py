@@ -250,6 +250,7 @@ def test_quantized_mlp_gate_passes_on_holdout(ws: Any) -> None:
     assert {r["metric"] for r in gate["results"]} == {"accuracy", "f1_macro"}
     assert gate["rows"] == 200 and gate["confidence"] == 0.95 and gate["seed"] == 0
     assert "paired bootstrap" in gate["method"] and "upper bound" in gate["rule"]
+    assert "Clopper-Pearson upper bound of 0 of n" in gate["rule"]
     for r in gate["results"]:
         # the drop's interval is inside the limit; each model's holds its value
         assert r["drop_ci_low"] <= r["drop"] <= r["drop_ci_high"] <= 0.05
@@ -306,6 +307,27 @@ def test_quantization_gate_fails_a_clear_drop() -> None:
         assert "exceeds 0.5 points" in r["reason"]
     # the same rows the other way round: a clear gain passes
     assert quantization_gate(bad, good, [], held, max_drop=0.005)["verdict"] == "pass"
+
+
+def test_quantization_gate_on_regression_uses_r2_and_its_interval() -> None:
+    from sklearn.linear_model import LinearRegression
+
+    from reprise.registry._holdout import Holdout
+    from reprise.registry._optimize import quantization_gate
+
+    x, _ = _numeric()
+    target = x["a"] * 2 + 1 + np.random.default_rng(0).normal(scale=0.5, size=len(x))
+    good = package_model(LinearRegression().fit(x, target), sample=x, task="regression")
+    bad = package_model(LinearRegression().fit(x[["b"]].assign(a=0.0)[["a", "b"]], target),
+                        sample=x, task="regression")
+    held = Holdout(rows=x.to_dict("records"), truth=target.to_numpy(), info={})
+    gate = quantization_gate(good, bad, [], held, max_drop=0.005)
+    (r2,) = gate["results"]
+    assert r2["metric"] == "r2" and r2["ci_method"] == "bootstrap-t"
+    assert gate["unseen_change_bound"] is None and "Clopper" not in gate["rule"]
+    assert r2["verdict"] == "fail" and r2["drop_ci_low"] > 0.005
+    same = quantization_gate(good, good, [], held, max_drop=0.005)
+    assert same["verdict"] == "pass" and same["results"][0]["drop_ci_high"] == 0.0
 
 
 def test_quantization_gate_intervals_are_reproducible_with_the_seed() -> None:

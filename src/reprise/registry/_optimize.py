@@ -263,17 +263,20 @@ def quantization_gate(native: Any, quantized: Any, rows: list[dict[str, Any]],
             "verdict": verdict, "passed": verdict == "pass", "max_drop": max_drop,
             "confidence": confidence, "method": paired_method(resamples, seed),
             "resamples": resamples, "seed": seed, "unseen_change_bound": unseen,
-            "rule": GATE_RULE.format(conf=f"{confidence:.0%}", max_drop=f"{max_drop:g}")}
+            "rule": GATE_RULE.format(conf=f"{confidence:.0%}", max_drop=f"{max_drop:g}")
+            + ("" if unseen is None else UNSEEN_RULE.format(unseen=unseen))}
 
 
 #: The quantisation gate's decision, per metric (stored, formatted, in the gate result).
 GATE_RULE = ("pass when the upper bound of the drop's {conf} interval (native - quantised) "
              "is <= max_drop ({max_drop}); fail when its lower bound is > max_drop; "
              "otherwise inconclusive, which blocks promotion like a fail (the rows are too "
-             "few to tell). The gate passes when every metric passes. For accuracy and macro "
-             "F1 the upper bound is at least the share of labels the rows could hide with "
-             "none of them changed (Clopper-Pearson upper bound of 0 of n): the bootstrap "
-             "cannot see a change no row shows.")
+             "few to tell). The gate passes when every metric passes.")
+#: Added to the rule for label metrics (see ``unseen_change_bound``).
+UNSEEN_RULE = (" For accuracy and macro F1 the upper bound is at least the share of labels "
+               "the rows could hide with none of them changed (Clopper-Pearson upper bound "
+               "of 0 of n, {unseen:.4f} here): the bootstrap cannot see a change no row "
+               "shows.")
 
 
 def paired_method(resamples: int, seed: int) -> str:
