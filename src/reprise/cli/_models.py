@@ -99,6 +99,8 @@ def optimize(
         return
     gates = {True: "gates passed", False: "GATES FAILED", None: "no gates"}[
         rec.metrics.get("gates_passed")]
+    if (onnx_meta.get("gate") or {}).get("verdict") == "inconclusive":
+        gates = "quantisation gate INCONCLUSIVE (promotion blocked)"
     what = f"ONNX {quantize}" if quantize else "ONNX"
     report = onnx_meta.get("report") or {}
     typer.echo(f"registered {rec.ref}: {what} variant of {name}:{version}, {gates}")
@@ -143,9 +145,13 @@ def gate_lines(gate: dict[str, Any]) -> list[str]:
                    f"{r['quantized']:.4f}{_ci(r, 'quantized')}")
         v = r.get("verdict") or ("pass" if r["passed"] else "fail")
         out.append(f"  {'':<9} drop {r['drop']:.4f}{_ci(r, 'drop')} (max {r['max_drop']:g}): "
-                   f"{_VERDICT.get(v, v)}" + (f", {r['reason']}" if r.get("reason") else ""))
+                   f"{_VERDICT.get(v, v)}")
+        if r.get("reason") and v != "pass":
+            out.append(f"  {'':<9} {r['reason']}")
     if gate.get("method"):
-        out.append(f"  {level}intervals; drop: {gate['method']}")
+        methods = ", ".join(sorted({str(r.get("ci_method")) for r in gate.get("results", [])}))
+        out.append(f"  {level}intervals: each model {methods}; the drop a paired bootstrap "
+                   f"({gate.get('resamples')} resamples, seed {gate.get('seed')}, BCa)")
     return out
 
 

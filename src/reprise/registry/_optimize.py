@@ -356,7 +356,7 @@ def _decide(metric: str, drop: dict[str, Any], ci_a: dict[str, Any], ci_b: dict[
         reason = f"{n} rows are too few to show the drop is within {_points(max_drop)}"
         if unseen is not None and unseen > max_drop and max_drop > 0:
             need = math.ceil(math.log((1 - confidence) / 2) / math.log1p(-max_drop))
-            reason += f" (at least {need} are needed even if no label changes)"
+            reason += f" ({need} would be needed even with no label changed)"
     return {"gate": f"quantization_{metric}_drop", "metric": metric,
             "native": drop["native"], "quantized": drop["quantized"], "drop": drop["drop"],
             "drop_ci_low": _finite(low), "drop_ci_high": _finite(high),
