@@ -246,9 +246,102 @@ def test_quantized_mlp_gate_passes_on_holdout(ws: Any) -> None:
     rec = optimize("mlp", 1, quantize="dynamic-int8", holdout=hx[["a", "b"]],
                    holdout_target=hy, max_drop=0.05, workspace=ws)
     gate = load_model(f"mlp:{rec.version}", workspace=ws).card["onnx"]["quantization"]["gate"]
-    assert gate["basis"] == "holdout" and gate["passed"] is True
+    assert gate["basis"] == "holdout" and gate["passed"] is True and gate["verdict"] == "pass"
     assert {r["metric"] for r in gate["results"]} == {"accuracy", "f1_macro"}
+    assert gate["rows"] == 200 and gate["confidence"] == 0.95 and gate["seed"] == 0
+    assert "paired bootstrap" in gate["method"] and "upper bound" in gate["rule"]
+    assert "Clopper-Pearson upper bound of 0 of n" in gate["rule"]
+    for r in gate["results"]:
+        # the drop's interval is inside the limit; each model's holds its value
+        assert r["drop_ci_low"] <= r["drop"] <= r["drop_ci_high"] <= 0.05
+        assert r["drop_ci_high"] >= gate["unseen_change_bound"] > 0
+        for who in ("native", "quantized"):
+            assert r[f"{who}_ci_low"] <= r[who] <= r[f"{who}_ci_high"]
     assert rec.metrics["gates_passed"] is True
+
+
+def test_quantization_gate_with_few_rows_is_inconclusive_and_blocks(ws: Any) -> None:
+    net, prep, x, y = _mlp()
+    register_package("mlp", package_model(net, sample=x, target=y, preprocessing=prep,
+                                          evaluation=_gates()), workspace=ws)
+    hx, hy = _frame(30, seed=1)
+    rec = optimize("mlp", 1, quantize="dynamic-int8", holdout=hx[["a", "b"]],
+                   holdout_target=hy, workspace=ws)
+    gate = rec.meta["onnx"]["gate"]
+    assert gate["verdict"] == "inconclusive" and gate["passed"] is False
+    for r in gate["results"]:
+        # 30 rows cannot show a drop within 0.5 point, whatever the drop here
+        assert r["verdict"] == "inconclusive"
+        assert r["drop_ci_low"] <= 0.005 < r["drop_ci_high"]
+        assert "30 rows are too few to show the drop is within 0.5 points" in r["reason"]
+    assert rec.metrics["gates_passed"] is False
+    with pytest.raises(UserError, match="quantisation gate is inconclusive"):
+        promote("mlp", rec.version, "production", workspace=ws)
+
+
+def _degraded_pair() -> tuple[Any, Any, Any]:
+    """A logistic model, one fitted on shuffled labels (a clear drop), and 1,000 held-out
+    rows with labels."""
+    from sklearn.linear_model import LogisticRegression
+
+    from reprise.registry._holdout import Holdout
+
+    x, y = _numeric()
+    good = package_model(LogisticRegression().fit(x, y), sample=x)
+    shuffled = np.random.default_rng(0).permutation(y)
+    bad = package_model(LogisticRegression().fit(x, shuffled), sample=x)
+    hx, hy = _frame(1000, seed=1)
+    return good, bad, Holdout(rows=hx[["a", "b"]].to_dict("records"), truth=hy,
+                              info={"target": "y"})
+
+
+def test_quantization_gate_fails_a_clear_drop() -> None:
+    from reprise.registry._optimize import quantization_gate
+
+    good, bad, held = _degraded_pair()
+    gate = quantization_gate(good, bad, [], held, max_drop=0.005)
+    assert gate["verdict"] == "fail" and gate["passed"] is False
+    for r in gate["results"]:
+        assert r["drop"] == pytest.approx(r["native"] - r["quantized"])
+        assert r["verdict"] == "fail" and r["drop_ci_low"] > 0.005, r
+        assert "exceeds 0.5 points" in r["reason"]
+    # the same rows the other way round: a clear gain passes
+    assert quantization_gate(bad, good, [], held, max_drop=0.005)["verdict"] == "pass"
+
+
+def test_quantization_gate_on_regression_uses_r2_and_its_interval() -> None:
+    from sklearn.linear_model import LinearRegression
+
+    from reprise.registry._holdout import Holdout
+    from reprise.registry._optimize import quantization_gate
+
+    x, _ = _numeric()
+    target = x["a"] * 2 + 1 + np.random.default_rng(0).normal(scale=0.5, size=len(x))
+    good = package_model(LinearRegression().fit(x, target), sample=x, task="regression")
+    bad = package_model(LinearRegression().fit(x[["b"]].assign(a=0.0)[["a", "b"]], target),
+                        sample=x, task="regression")
+    held = Holdout(rows=x.to_dict("records"), truth=target.to_numpy(), info={})
+    gate = quantization_gate(good, bad, [], held, max_drop=0.005)
+    (r2,) = gate["results"]
+    assert r2["metric"] == "r2" and r2["ci_method"] == "bootstrap-t"
+    assert gate["unseen_change_bound"] is None and "Clopper" not in gate["rule"]
+    assert r2["verdict"] == "fail" and r2["drop_ci_low"] > 0.005
+    same = quantization_gate(good, good, [], held, max_drop=0.005)
+    assert same["verdict"] == "pass" and same["results"][0]["drop_ci_high"] == 0.0
+
+
+def test_quantization_gate_intervals_are_reproducible_with_the_seed() -> None:
+    from reprise.registry._optimize import quantization_gate
+
+    good, bad, held = _degraded_pair()
+    one = quantization_gate(good, bad, [], held, max_drop=0.005, seed=7, resamples=400)
+    assert one == quantization_gate(good, bad, [], held, max_drop=0.005, seed=7,
+                                    resamples=400)
+    other = quantization_gate(good, bad, [], held, max_drop=0.005, seed=8, resamples=400)
+    assert other["seed"] == 8 and "seed 8" in other["method"]
+    a, b = one["results"][0], other["results"][0]
+    assert a["drop"] == b["drop"]  # the point estimate does not depend on the resamples
+    assert (a["drop_ci_low"], a["drop_ci_high"]) != (b["drop_ci_low"], b["drop_ci_high"])
 
 
 def test_quantization_gate_failure_blocks_promotion(ws: Any) -> None:
@@ -260,6 +353,9 @@ def test_quantization_gate_failure_blocks_promotion(ws: Any) -> None:
     rec = optimize("mlp", 1, quantize="dynamic-int8", max_drop=-0.01, workspace=ws)
     gate = load_model(f"mlp:{rec.version}", workspace=ws).card["onnx"]["quantization"]["gate"]
     assert gate["basis"].startswith("agreement") and gate["passed"] is False
+    assert gate["verdict"] == "fail"
+    # the native model agrees with itself: the drop is >= 0, its lower bound above -0.01
+    assert all(r["drop_ci_low"] >= 0 > r["max_drop"] for r in gate["results"])
     assert rec.metrics["gates_passed"] is False
     with pytest.raises(UserError, match="gates failed"):
         promote("mlp", rec.version, "production", workspace=ws)

@@ -96,7 +96,9 @@ def test_optimize_cli_errors_exit_2(mlp_workspace: tuple[Path, Any]) -> None:
     assert ("held-out rows     none found in lineage: mlp:1 was registered without a run"
             in done.stdout)
     assert "quantisation gate on 259 rows, basis: agreement" in done.stdout
-    assert "  accuracy          native 1.0000" in done.stdout
+    assert "  accuracy  native 1.0000 [" in done.stdout
+    assert "  95% intervals: each model clopper-pearson, mover-clopper-pearson; the drop a " \
+        "paired bootstrap (1000 resamples, seed 0, BCa)" in done.stdout
     for args, message in ((("mlp",), "NAME:VERSION"),
                           (("mlp:1", "--quantize", "int4"), "quantize must be"),
                           (("mlp:9",), "no version 9")):

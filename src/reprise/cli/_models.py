@@ -62,7 +62,9 @@ def optimize(
     atol: Annotated[float, typer.Option(
         help="Largest difference of a probability allowed by the parity check.")] = 1e-5,
     max_drop: Annotated[float, typer.Option(
-        help="Largest accuracy/F1 drop (0.005 = 0.5 point) the quantisation gate allows.")
+        help="Largest accuracy/F1 drop (0.005 = 0.5 point) the quantisation gate allows: it "
+        "passes when the drop's 95% upper bound is within it, fails when the lower bound "
+        "is above, else is inconclusive (blocks promotion).")
     ] = 0.005,
     holdout: Annotated[str | None, typer.Option(
         metavar="FILE|NAME@N", help="Held-out rows (CSV, Parquet, JSON Lines or a dataset "
@@ -97,6 +99,8 @@ def optimize(
         return
     gates = {True: "gates passed", False: "GATES FAILED", None: "no gates"}[
         rec.metrics.get("gates_passed")]
+    if (onnx_meta.get("gate") or {}).get("verdict") == "inconclusive":
+        gates = "quantisation gate INCONCLUSIVE (promotion blocked)"
     what = f"ONNX {quantize}" if quantize else "ONNX"
     report = onnx_meta.get("report") or {}
     typer.echo(f"registered {rec.ref}: {what} variant of {name}:{version}, {gates}")
@@ -124,13 +128,39 @@ def parity_lines(report: dict[str, Any], gate: dict[str, Any] | None) -> list[st
     if report.get("problem"):
         out.append(f"  problem           {report['problem']}")
     if gate:
-        out.append(f"quantisation gate on {gate.get('rows')} rows, basis: {gate.get('basis')}"
-                   + (f" (labels: column {gate['target']!r})" if gate.get("target") else ""))
-        for r in gate.get("results", []):
-            out.append(f"  {r['metric']:<17} native {r['native']:.4f}, int8 {r['quantized']:.4f}, "
-                       f"drop {r['drop']:.4f} (max {r['max_drop']:g}) "
-                       f"{'passed' if r['passed'] else 'FAILED'}")
+        out.extend(gate_lines(gate))
     return out
+
+
+def gate_lines(gate: dict[str, Any]) -> list[str]:
+    """The quantisation gate: each metric with its interval, the drop's, the verdict."""
+    verdict = gate.get("verdict") or ("pass" if gate.get("passed") else "fail")
+    conf = gate.get("confidence")
+    level = f"{conf:.0%} " if conf is not None else ""
+    out = [f"quantisation gate on {gate.get('rows')} rows, basis: {gate.get('basis')}"
+           + (f" (labels: column {gate['target']!r})" if gate.get("target") else "")
+           + f": {_VERDICT.get(verdict, verdict)}"]
+    for r in gate.get("results", []):
+        out.append(f"  {r['metric']:<9} native {r['native']:.4f}{_ci(r, 'native')}, int8 "
+                   f"{r['quantized']:.4f}{_ci(r, 'quantized')}")
+        v = r.get("verdict") or ("pass" if r["passed"] else "fail")
+        out.append(f"  {'':<9} drop {r['drop']:.4f}{_ci(r, 'drop')} (max {r['max_drop']:g}): "
+                   f"{_VERDICT.get(v, v)}")
+        if r.get("reason") and v != "pass":
+            out.append(f"  {'':<9} {r['reason']}")
+    if gate.get("method"):
+        methods = ", ".join(sorted({str(r.get("ci_method")) for r in gate.get("results", [])}))
+        out.append(f"  {level}intervals: each model {methods}; the drop a paired bootstrap "
+                   f"({gate.get('resamples')} resamples, seed {gate.get('seed')}, BCa)")
+    return out
+
+
+_VERDICT = {"pass": "passed", "fail": "FAILED", "inconclusive": "INCONCLUSIVE"}
+
+
+def _ci(r: dict[str, Any], key: str) -> str:
+    low, high = r.get(f"{key}_ci_low"), r.get(f"{key}_ci_high")
+    return "" if low is None or high is None else f" [{low:.4f}, {high:.4f}]"
 
 
 def _holdout_source(held: dict[str, Any]) -> str:

@@ -12,9 +12,13 @@
    none, is in the report (``holdout``).
 3. ``quantize="dynamic-int8"``: ONNX Runtime's dynamic quantisation of the float
    graph's weights; the variant is evaluated with the original's metrics (accuracy
-   and macro F1, or R^2) on the held-out rows against their labels (else: agreement
-   with the native labels on the parity rows, recorded as such) and a gate (default:
-   drop <= 0.5 point) decides, like other gates, whether it can be promoted.
+   and macro F1, or R^2) and their intervals (:mod:`reprise.evaluate`'s methods) on
+   the held-out rows against their labels (else: agreement with the native labels on
+   the parity rows, recorded as such). The drop (native - quantised) gets a paired
+   bootstrap interval: both models scored on the same seeded resamples of the same
+   rows. A gate (default: drop <= 0.5 point) decides by :data:`GATE_RULE`: pass when
+   the interval's upper bound is <= ``max_drop``, fail when its lower bound is above,
+   else inconclusive (too few rows to tell), which blocks promotion like a fail.
 4. The variant is a new version (its own manifest hash covers the .onnx bytes), with
    ``source_version`` lineage and a ``model.optimize`` audit event.
 """
@@ -30,7 +34,8 @@ from reprise.core._types import ModelVersionRecord
 from reprise.core.errors import UserError
 from reprise.registry._holdout import Holdout, resolve_holdout
 
-__all__ = ["optimize", "parity_rows", "prove_parity", "quantization_gate"]
+__all__ = ["GATE_RULE", "optimize", "paired_drops", "parity_rows", "prove_parity",
+           "quantization_gate"]
 
 QUANTIZE = ("dynamic-int8",)
 _DRAWN = 256
@@ -38,13 +43,15 @@ _DRAWN = 256
 
 def optimize(name: str, version: int, *, onnx: bool = True, quantize: str | None = None,
              atol: float = 1e-5, max_drop: float = 0.005, holdout: Any = None,
-             holdout_target: Any = None, workspace: Any = None) -> ModelVersionRecord:
+             holdout_target: Any = None, confidence: float = 0.95, seed: int = 0,
+             workspace: Any = None) -> ModelVersionRecord:
     """Register the ONNX variant of ``name:version`` (see the module docstring).
 
     ``holdout``: None (default) finds the held-out rows in the version's lineage; a
     table, or a file or dataset version ``NAME@N`` by name, gives them; False uses
     none. ``holdout_target``: their labels (an array, or a column's name); default: the
-    column the card's ``target`` names, when the table has it."""
+    column the card's ``target`` names, when the table has it. ``confidence`` and
+    ``seed``: the quantisation gate's intervals (see :func:`quantization_gate`)."""
     from reprise.registry import _registry as reg
     from reprise.registry._api import _load, _ws
     from reprise.registry._onnx import convert, make_session
@@ -79,7 +86,8 @@ def optimize(name: str, version: int, *, onnx: bool = True, quantize: str | None
     if quantize is not None:
         graph = _quantize(graph)
         quantized = dataclasses.replace(candidate, onnx=graph, session=make_session(graph))
-        gate = quantization_gate(pkg, quantized, rows, held, max_drop=max_drop)
+        gate = quantization_gate(pkg, quantized, rows, held, max_drop=max_drop,
+                                 confidence=confidence, seed=seed)
         info["quantization"] = {"method": quantize, "gate": gate}
         card["onnx"]["quantization"] = info["quantization"]
         card["gates"] = _with_gate(pkg.card.get("gates"), gate)
@@ -210,12 +218,20 @@ def _quantize(graph: bytes) -> bytes:
 
 
 def quantization_gate(native: Any, quantized: Any, rows: list[dict[str, Any]],
-                      held: Holdout, *, max_drop: float) -> dict[str, Any]:
-    """The original's metrics for both models and whether the drop is within bounds:
-    on the held-out rows against their labels, else (no held-out labels) on ``rows``
-    against the native model's answers."""
+                      held: Holdout, *, max_drop: float, confidence: float = 0.95,
+                      resamples: int | None = None, seed: int = 0) -> dict[str, Any]:
+    """The original's metrics for both models, with intervals, and the drop (native -
+    quantised) with its paired-bootstrap interval, decided by :data:`GATE_RULE`: on the
+    held-out rows against their labels, else (no held-out labels) on ``rows`` against
+    the native model's answers."""
     import numpy as np
 
+    from reprise.evaluate._bootstrap import DEFAULT_RESAMPLES, check_options
+    from reprise.evaluate._confidence import confidence_intervals
+    from reprise.evaluate._intervals import clopper_pearson
+
+    resamples = DEFAULT_RESAMPLES if resamples is None else resamples
+    check_options(resamples, confidence)
     if held.rows and held.truth is not None:
         rows, basis, truth = held.rows, "holdout", np.asarray(held.truth)
     else:
@@ -226,25 +242,139 @@ def quantization_gate(native: Any, quantized: Any, rows: list[dict[str, Any]],
     a, b = native.predict(cols), quantized.predict(cols)
     if truth is None:
         truth = np.asarray(a["prediction"])
-    metrics = _metrics(native.signature.task)
-    results = []
-    for metric, fn in metrics.items():
-        before, after = fn(truth, a["prediction"]), fn(truth, b["prediction"])
-        results.append({"gate": f"quantization_{metric}_drop", "metric": metric,
-                        "native": before, "quantized": after, "drop": before - after,
-                        "max_drop": max_drop, "passed": before - after <= max_drop})
-    return {"basis": basis, "rows": len(rows), "target": held.info.get("target")
+    task = native.signature.task
+    pa, pb = _prepared(task, truth, a["prediction"], b["prediction"])
+    names = ["r2"] if task == "regression" else ["accuracy", "f1_macro"]
+    # rows no resample can hold: with no changed label, a label metric's drop is only
+    # bounded by the share of labels n rows can hide (exact, Clopper-Pearson, 0 of n)
+    unseen = None if task == "regression" else float(clopper_pearson(0, pa.n, confidence)[1])
+    drops = paired_drops(pa, pb, names, confidence=confidence, resamples=resamples, seed=seed)
+    ci_a = confidence_intervals(pa, names, resamples=resamples, confidence=confidence,
+                                seed=seed)
+    ci_b = confidence_intervals(pb, names, resamples=resamples, confidence=confidence,
+                                seed=seed)
+    results = [_decide(m, drops[m], ci_a[m], ci_b[m], pa.n, max_drop, unseen, confidence)
+               for m in names]
+    verdicts = {r["verdict"] for r in results}
+    verdict = "fail" if "fail" in verdicts else (
+        "inconclusive" if "inconclusive" in verdicts else "pass")
+    return {"basis": basis, "rows": pa.n, "target": held.info.get("target")
             if basis == "holdout" else None, "results": results,
-            "passed": all(r["passed"] for r in results)}
+            "verdict": verdict, "passed": verdict == "pass", "max_drop": max_drop,
+            "confidence": confidence, "method": paired_method(resamples, seed),
+            "resamples": resamples, "seed": seed, "unseen_change_bound": unseen,
+            "rule": GATE_RULE.format(conf=f"{confidence:.0%}", max_drop=f"{max_drop:g}")
+            + ("" if unseen is None else UNSEEN_RULE.format(unseen=unseen))}
 
 
-def _metrics(task: str) -> dict[str, Any]:
-    from sklearn.metrics import accuracy_score, f1_score, r2_score
+#: The quantisation gate's decision, per metric (stored, formatted, in the gate result).
+GATE_RULE = ("pass when the upper bound of the drop's {conf} interval (native - quantised) "
+             "is <= max_drop ({max_drop}); fail when its lower bound is > max_drop; "
+             "otherwise inconclusive, which blocks promotion like a fail (the rows are too "
+             "few to tell). The gate passes when every metric passes.")
+#: Added to the rule for label metrics (see ``unseen_change_bound``).
+UNSEEN_RULE = (" For accuracy and macro F1 the upper bound is at least the share of labels "
+               "the rows could hide with none of them changed (Clopper-Pearson upper bound "
+               "of 0 of n, {unseen:.4f} here): the bootstrap cannot see a change no row "
+               "shows.")
+
+
+def paired_method(resamples: int, seed: int) -> str:
+    return (f"paired bootstrap: both models' metric on the same {resamples} resamples of the "
+            f"rows (seed {seed}), BCa interval of the per-resample differences "
+            "(acceleration from the paired jackknife)")
+
+
+def paired_drops(pa: Any, pb: Any, names: list[str], *, confidence: float, resamples: int,
+                 seed: int) -> dict[str, dict[str, Any]]:
+    """The drop (``pa``'s metric - ``pb``'s) on the same rows with its BCa interval: the
+    evaluation's bootstrap draws its resamples from the seed and the number of rows
+    only, so both models are scored on identical resamples (and jackknife groups) and
+    the differences are paired."""
+    import numpy as np
+
+    from reprise.evaluate._bootstrap import jackknife_values, point_values, resample_values
+    from reprise.evaluate._intervals import bca
+
+    if pa.n != pb.n or not np.array_equal(pa.y, pb.y):
+        raise ValueError("a paired drop needs both models scored on the same rows")
+    boot_a = resample_values(pa, names, resamples=resamples, seed=seed)
+    boot_b = resample_values(pb, names, resamples=resamples, seed=seed)
+    jack_a, jack_b = jackknife_values(pa, names, seed=seed), jackknife_values(pb, names, seed=seed)
+    est_a, est_b = point_values(pa, names), point_values(pb, names)
+    out = {}
+    for m in names:
+        est = float(est_a[m]) - float(est_b[m])
+        diff = boot_a[m] - boot_b[m]
+        low, high = bca(est, diff, jack_a[m] - jack_b[m], confidence)
+        out[m] = {"native": float(est_a[m]), "quantized": float(est_b[m]), "drop": est,
+                  "low": low, "high": high, "resamples": int(np.isfinite(diff).sum())}
+    return out
+
+
+def _prepared(task: str, truth: Any, a: Any, b: Any) -> tuple[Any, Any]:
+    """Both models' answers as evaluations of the same rows (classification: labels as
+    indices into one list, at least two classes, so one-class rows are fine too)."""
+    import numpy as np
+
+    from reprise.evaluate._inputs import prepare
 
     if task == "regression":
-        return {"r2": lambda t, p: float(r2_score(t, p))}
-    return {"accuracy": lambda t, p: float(accuracy_score(t, p)),
-            "f1_macro": lambda t, p: float(f1_score(t, p, average="macro"))}
+        return (prepare(truth, a, task="regression"), prepare(truth, b, task="regression"))
+    t, x, y = (np.asarray(v) for v in (truth, a, b))
+    try:
+        _, codes = np.unique(np.concatenate([t, x, y]), return_inverse=True)
+    except TypeError:
+        raise UserError("the held-out labels and the predictions mix label types (numbers "
+                        "and strings); give the target column as the model's labels") from None
+    codes = codes.reshape(-1)
+    n = len(t)
+    labels = list(range(max(2, int(codes.max()) + 1)))
+    return (prepare(codes[:n], codes[n:2 * n], labels=labels),
+            prepare(codes[:n], codes[2 * n:], labels=labels))
+
+
+def _decide(metric: str, drop: dict[str, Any], ci_a: dict[str, Any], ci_b: dict[str, Any],
+            n: int, max_drop: float, unseen: float | None,
+            confidence: float) -> dict[str, Any]:
+    import math
+
+    low, high = drop["low"], drop["high"]
+    if unseen is not None and math.isfinite(high):
+        high = max(high, unseen)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        verdict = "fail"
+        reason = f"{metric} is undefined on these rows, and an undefined value fails its gate"
+    elif high <= max_drop:
+        verdict, reason = "pass", (f"the drop is within {_points(max_drop)} (upper bound "
+                                   f"{high:.4f})")
+    elif low > max_drop:
+        verdict, reason = "fail", (f"the drop exceeds {_points(max_drop)} (lower bound "
+                                   f"{low:.4f})")
+    else:
+        verdict = "inconclusive"
+        reason = f"{n} rows are too few to show the drop is within {_points(max_drop)}"
+        if unseen is not None and unseen > max_drop and max_drop > 0:
+            need = math.ceil(math.log((1 - confidence) / 2) / math.log1p(-max_drop))
+            reason += f" ({need} would be needed even with no label changed)"
+    return {"gate": f"quantization_{metric}_drop", "metric": metric,
+            "native": drop["native"], "quantized": drop["quantized"], "drop": drop["drop"],
+            "drop_ci_low": _finite(low), "drop_ci_high": _finite(high),
+            "bootstrap_ci_high": _finite(drop["high"]), "resamples": drop["resamples"],
+            "native_ci_low": ci_a["ci_low"], "native_ci_high": ci_a["ci_high"],
+            "quantized_ci_low": ci_b["ci_low"], "quantized_ci_high": ci_b["ci_high"],
+            "ci_method": ci_a["ci_method"], "max_drop": max_drop, "verdict": verdict,
+            "passed": verdict == "pass", "reason": reason}
+
+
+def _points(drop: float) -> str:
+    return f"{drop * 100:g} point" + ("" if abs(drop * 100) == 1 else "s")
+
+
+def _finite(value: float) -> float | None:
+    import math
+
+    return float(value) if math.isfinite(value) else None
 
 
 def _with_gate(gates: Any, gate: dict[str, Any]) -> dict[str, Any]:

@@ -190,6 +190,13 @@ def promote(ws: Any, name: str, version: int, alias: str, *, force: bool = False
     if passed is not True and not force:
         why = ("its evaluation gates failed" if passed is False
                else "it has no evaluation with gates (package_model(evaluation=...))")
+        gate = (rec.meta.get("onnx") or {}).get("gate") or {}
+        if passed is False and gate.get("verdict") == "inconclusive":
+            reasons = "; ".join(sorted({r["reason"] for r in gate.get("results") or []
+                                        if r.get("verdict") == "inconclusive"}))
+            why = (f"its quantisation gate is inconclusive: {reasons}; that blocks "
+                   "promotion like failed gates (optimise with more held-out rows, "
+                   "--holdout)")
         raise UserError(f"cannot promote {rec.ref} to {alias!r}: {why}. Override with "
                         f"--force --reason \"...\"")
     payload = {"alias": alias, "version": version, "gates_passed": passed}
