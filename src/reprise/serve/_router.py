@@ -283,7 +283,6 @@ class _Copy:
     columns: dict[str, Any]
     rows: int
     stable: list[str]  # the stable answer's output_keys, compared with the candidate's
-    names: tuple[str, ...] | None  # its input columns when all are lists (JSON): see _merge
 
 
 class ShadowGate:
@@ -365,7 +364,6 @@ class Shadow:
         self.dropped = 0
         self._unreported = 0  # drops not yet in the outcomes and metrics
         self._row_cost: float | None = None  # seconds per copied row, moving average
-        self._names: tuple[str, ...] | None = None  # the last copy's input column names
         self._task = asyncio.get_running_loop().create_task(self._work())
 
     def offer(self, columns: dict[str, Any], rows: int, stable: Result,
@@ -376,14 +374,9 @@ class Shadow:
             self.dropped += 1
             self._unreported += 1
             return
-        names: tuple[str, ...] | None = None
-        if all(type(v) is list for v in columns.values()):
-            names = tuple(columns)
-            if names == self._names:  # the same tuple for all: _merge compares identities
-                names = self._names
-            self._names = names
+        # nothing else here: whether copies can be merged is checked per batch (_merge)
         self._queue.append(_Copy(columns, rows, self.split.output_keys(stable.outputs)
-                                 if keys is None else keys, names))
+                                 if keys is None else keys))
         if not self._wake.is_set():
             self._wake.set()
 
@@ -562,11 +555,14 @@ class Shadow:
 def _merge(batch: list[_Copy]) -> dict[str, list[Any]] | None:
     """The copies' input columns end to end, when every one is a list (JSON bodies) and
     the copies have the same columns in the same order; else None. Runs on the event
-    loop for a batch of up to ``_SHADOW_BATCH`` copies at once: C-level iteration
-    (``map``, ``chain``), and the checks made when each copy was queued (``names``)."""
-    names = batch[0].names
-    if names is None or any(c.names is not names and c.names != names for c in batch):
-        return None
+    loop for a batch of up to ``_SHADOW_BATCH`` copies at once, so both checks and the
+    joining iterate in C (``map``, ``chain``), not per copy in Python; the request path
+    (:meth:`Shadow.offer`) checks nothing."""
     columns = [c.columns for c in batch]
+    names = tuple(columns[0])
+    if not names or not all(map(names.__eq__, map(tuple, columns))):
+        return None
+    if set(map(type, chain.from_iterable(map(dict.values, columns)))) != {list}:
+        return None
     return {name: list(chain.from_iterable(map(itemgetter(name), columns)))
             for name in names}
