@@ -29,9 +29,12 @@ generator, the server and everyone else compete for the same cores.
 Where the time goes, per measurement: the server's CPU per answer split into its event
 loop's thread and all its other threads (the versions' predict threads, the rollout
 controller's store calls; from ``/proc``), and each version's predict calls per answer
-and rows per call (``reprise_batch_size_rows`` in ``/metrics``): a canary's cost is
-mostly the candidate's own predict calls, one more per batching cycle, each paying the
-model's fixed per-call cost for a couple of rows.
+and rows per call (``reprise_batch_size_rows`` in ``/metrics``), and the threads'
+wake-ups per answer (voluntary context switches of the event loop's thread and of the
+others, and the preemptions of all; from ``/proc``): a canary's cost is mostly the
+candidate's own predict calls, one more per batching cycle, each paying the model's fixed
+per-call cost for a couple of rows and waking its thread. The ratios of CPU per answer,
+paired per round, are the figures least moved by other work on a shared machine.
 """
 
 from __future__ import annotations
@@ -215,6 +218,29 @@ def thread_cpu_seconds(server: Server) -> tuple[float, float]:
     return main, other
 
 
+def thread_switches(server: Server) -> tuple[int, int, int]:
+    """Context switches so far of the server's threads, from /proc: the main thread's
+    voluntary ones (its event loop went to sleep: a wake-up each), the other threads'
+    voluntary ones (a predict thread or a store call waking up, or waiting for the
+    interpreter) and all threads' involuntary ones (preempted by other work)."""
+    assert server.proc is not None
+    pid = server.proc.pid
+    main = other = forced = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        voluntary = int(fields["voluntary_ctxt_switches"])
+        forced += int(fields["nonvoluntary_ctxt_switches"])
+        if task.name == str(pid):
+            main += voluntary
+        else:
+            other += voluntary
+    return main, other, forced
+
+
 def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
     return {k: v - before.get(k, 0.0) for k, v in after.items()}
 
@@ -225,10 +251,12 @@ def measure(wrk: str, servers: list[Server], body: Path, repeats: int, seconds: 
         for s in order:
             run_wrk(wrk, _target(s), body, CONCURRENCY, 1)  # warm-up
             before, cpu, threads = counters(s), cpu_seconds(s), thread_cpu_seconds(s)
+            switches = thread_switches(s)
             sample: dict[str, Any] = run_wrk(wrk, _target(s), body, CONCURRENCY, seconds)
             cpu = cpu_seconds(s) - cpu
             loop_s, other_s = (b - a for a, b in zip(threads, thread_cpu_seconds(s),
                                                      strict=True))
+            woke = [b - a for a, b in zip(switches, thread_switches(s), strict=True)]
             seen = _delta(counters(s), before)
             answered = seen.get("requests_v1", 0.0) + seen.get("requests_v2", 0.0)
             # CPU per answer: what the routing or the shadow costs the server, less
@@ -237,6 +265,10 @@ def measure(wrk: str, servers: list[Server], body: Path, repeats: int, seconds: 
             sample["candidate_share"] = seen.get("requests_v2", 0.0) / max(1.0, answered)
             sample["loop_cpu_us_per_request"] = loop_s / max(1.0, answered) * 1e6
             sample["other_threads_cpu_us_per_request"] = other_s / max(1.0, answered) * 1e6
+            # wake-ups per answer: the event loop's, the other threads', and preemptions
+            for k, n in zip(("loop_wakeups", "other_wakeups", "preempted"), woke,
+                            strict=True):
+                sample[f"{k}_per_request"] = n / max(1.0, answered)
             for v in (1, 2):  # predict calls per answer, rows per call (shadow: copies)
                 calls = seen.get(f"calls_v{v}", 0.0)
                 sample[f"v{v}_calls_per_request"] = calls / max(1.0, answered)
@@ -251,7 +283,9 @@ def measure(wrk: str, servers: list[Server], body: Path, repeats: int, seconds: 
             print(f"  round {r + 1} {s.name:7s} c={CONCURRENCY} {sample['rps']:>8,.0f} req/s  "
                   f"p50 {sample['p50_ms']:6.2f} ms  p99 {sample['p99_ms']:6.2f} ms  "
                   f"errors {sample['errors']:.0f}  cpu {sample['cpu_us_per_request']:.0f} "
-                  f"us/req (loop {sample['loop_cpu_us_per_request']:.0f})  calls/req "
+                  f"us/req (loop {sample['loop_cpu_us_per_request']:.0f})  wake-ups/req "
+                  f"{sample['loop_wakeups_per_request']:.3f}+"
+                  f"{sample['other_wakeups_per_request']:.3f}  calls/req "
                   f"{sample['v1_calls_per_request']:.3f}+{sample['v2_calls_per_request']:.3f} "
                   f"rows/call {sample['v1_rows_per_call']:.1f}, "
                   f"{sample['v2_rows_per_call']:.1f}{extra}", flush=True)
@@ -414,6 +448,9 @@ def summarise(servers: list[Server], reactions: list[dict[str, Any]]
                for s in servers for k in ("rps", "p50_ms", "p99_ms", "cpu_us_per_request",
                                           "loop_cpu_us_per_request",
                                           "other_threads_cpu_us_per_request",
+                                          "loop_wakeups_per_request",
+                                          "other_wakeups_per_request",
+                                          "preempted_per_request",
                                           "v1_calls_per_request", "v1_rows_per_call")}
     for name in ("canary", "shadow"):
         for k in ("v2_calls_per_request", "v2_rows_per_call"):
@@ -436,6 +473,12 @@ def summarise(servers: list[Server], reactions: list[dict[str, Any]]
             f["canary_c32_cpu_us_per_request"] / f["plain_c32_cpu_us_per_request"],
         "shadow_cpu_per_request_vs_plain":
             f["shadow_c32_cpu_us_per_request"] / f["plain_c32_cpu_us_per_request"],
+        "canary_cpu_per_request_vs_plain_paired": med(
+            c["cpu_us_per_request"] / p["cpu_us_per_request"]
+            for c, p in zip(by["canary"].samples, by["plain"].samples, strict=True)),
+        "shadow_cpu_per_request_vs_plain_paired": med(
+            s["cpu_us_per_request"] / p["cpu_us_per_request"]
+            for s, p in zip(by["shadow"].samples, by["plain"].samples, strict=True)),
         "canary_c32_rps_vs_plain_paired": med(
             c["rps"] / p["rps"] for c, p in zip(by["canary"].samples, by["plain"].samples,
                                                 strict=True)),

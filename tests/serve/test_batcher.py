@@ -211,3 +211,85 @@ def test_concurrent_http_callers_each_get_their_own_rows(sizes: list[int],
         assert sum(source.models["churn"][1].batches) == sum(sizes) + 1  # + warm-up
 
     run(main())
+
+
+def _label(model: Echo, label: str, **kw: Any) -> Batcher:
+    return Batcher(model, dict, label=label, max_batch_size=kw.get("size", 8),
+                   max_wait_s=0.002, budget_s=None)
+
+
+def test_a_cheap_rider_waiting_for_a_busy_host_runs_in_the_hosts_thread_after_it() -> None:
+    """A canary's candidate carried by the stable version's batcher: what it queues while
+    the host is busy goes with the host's next batch, in the host's thread, after the
+    host's call; every caller still gets exactly its rows."""
+    async def main() -> None:
+        order: list[str] = []
+
+        class Named(Echo):
+            def __init__(self, name: str, delay: float) -> None:
+                super().__init__(delay)
+                self.name = name
+
+            def __call__(self, columns: dict[str, Any]) -> dict[str, Any]:
+                order.append(self.name)
+                return super().__call__(columns)
+
+        stable, cand = Named("stable", 0.01), Named("cand", 0.001)
+        host, rider = _label(stable, "s-v1"), _label(cand, "s-v2")
+        await host.submit({"v": [0]}, 1)  # warm-ups: each one's call time is known
+        await rider.submit({"v": [0]}, 1)
+        warm = set(cand.threads)
+        host.carry(rider)
+        assert host.rider is rider
+        order.clear()
+        first = host.submit({"v": [1]}, 1)  # the host is busy with this one...
+        await asyncio.sleep(0.002)
+        behind = host.submit({"v": [2]}, 1)  # ...while these queue
+        riding = [rider.submit({"v": [10 + i]}, 1) for i in range(3)]
+        got = await asyncio.gather(first, behind, *riding)
+        assert [r.outputs["out"] for r in got] == [[11], [21], [101], [111], [121]]
+        assert order == ["stable", "stable", "cand"]  # one call of the rider's three
+        assert cand.batches[-1] == 3
+        assert cand.threads - warm <= stable.threads  # no call in its own thread
+        assert await host.drain(1) and await rider.drain(1)
+        # an idle host: the rider does not wait for it
+        t0 = time.perf_counter()
+        await rider.submit({"v": [5]}, 1)
+        assert time.perf_counter() - t0 < 0.5
+        host.close()
+        rider.close()
+
+    run(main())
+
+
+def test_a_slow_rider_runs_in_its_own_thread_and_a_released_one_is_not_stranded() -> None:
+    async def main() -> None:
+        stable, slow = Echo(0.002), Echo(0.03)
+        host, rider = _label(stable, "s-v1"), _label(slow, "s-v2")
+        await host.submit({"v": [0]}, 1)
+        await rider.submit({"v": [0]}, 1)
+        host.carry(rider)
+        busy = host.submit({"v": [1]}, 1)
+        await asyncio.sleep(0)
+        assert (await rider.submit({"v": [3]}, 1)).outputs["out"] == [31]
+        assert slow.threads.isdisjoint(stable.threads)  # 15x the host's calls: its own
+        await busy
+        # a rider waiting for its host when the host stops carrying it dispatches alone
+        fast = Echo()
+        rider2 = _label(fast, "s-v3")
+        await rider2.submit({"v": [0]}, 1)
+        host.carry(rider2)
+        stable.delay = 0.05
+        busy = host.submit({"v": [1]}, 1)
+        await asyncio.sleep(0.01)
+        waiting = rider2.submit({"v": [4]}, 1)
+        await asyncio.sleep(0.005)
+        host.carry(None)
+        t0 = time.perf_counter()
+        assert (await asyncio.wait_for(waiting, 1)).outputs["out"] == [41]
+        assert time.perf_counter() - t0 < 0.04  # not after the host's 50 ms call
+        await busy
+        for b in (host, rider, rider2):
+            b.close()
+
+    run(main())

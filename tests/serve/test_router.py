@@ -108,13 +108,16 @@ def test_pick_shares_by_weight_and_is_sticky() -> None:
 
 
 def test_shadow_copies_merge_only_when_all_are_lists_with_the_same_columns() -> None:
-    names = ("x", "y")
-    a, b = _Copy({"x": [1.0], "y": [2]}, 1, ["k"], names), _Copy(
-        {"x": [3.0, 4.0], "y": [5, 6]}, 2, ["k", "k"], tuple(names))  # equal, not the same
+    a, b = _Copy({"x": [1.0], "y": [2]}, 1, ["k"]), _Copy(
+        {"x": [3.0, 4.0], "y": [5, 6]}, 2, ["k", "k"])
     assert _merge([a, b]) == {"x": [1.0, 3.0, 4.0], "y": [2, 5, 6]}
-    other = _Copy({"y": [2], "x": [1.0]}, 1, ["k"], ("y", "x"))
-    arrays = _Copy({"x": np.array([1.0]), "y": [2]}, 1, ["k"], None)
-    assert _merge([a, other]) is None and _merge([a, arrays]) is None
+    assert _merge([a]) == {"x": [1.0], "y": [2]}
+    other = _Copy({"y": [2], "x": [1.0]}, 1, ["k"])  # the same columns in another order
+    fewer = _Copy({"x": [1.0]}, 1, ["k"])
+    arrays = _Copy({"x": np.array([1.0]), "y": [2]}, 1, ["k"])
+    assert _merge([a, other]) is None and _merge([a, fewer]) is None
+    assert _merge([a, arrays]) is None and _merge([arrays, a]) is None
+    assert _merge([_Copy({}, 1, [])]) is None
 
 
 def test_the_key_comes_from_the_header_or_the_first_rows_column() -> None:

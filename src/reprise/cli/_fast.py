@@ -117,7 +117,7 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
                   max_header_bytes: int, header_timeout: float, body_timeout: float,
                   max_connections: int, allowed_host: list[str], allowed_origin: list[str],
                   access_log: bool, log_level: str, key_header: str | None = "x-request-key",
-                  key_column: str | None = None, shadow_queue: int = 1000,
+                  key_column: str | None = None, shadow_queue: int = 100,
                   no_request_log: bool = False, log_sample: float = 0.1, log_cap: int = 100,
                   log_exclude: list[str] | None = None, log_buffer: int = 50_000,
                   log_flush_s: float = 10.0,
@@ -243,7 +243,7 @@ def _serve_parser() -> argparse.ArgumentParser:
     ap.add_argument("--log-level", default="info")
     ap.add_argument("--key-header", default="x-request-key")
     ap.add_argument("--key-column", default=None)
-    ap.add_argument("--shadow-queue", type=int, default=1000)
+    ap.add_argument("--shadow-queue", type=int, default=100)
     ap.add_argument("--no-request-log", action="store_true")
     ap.add_argument("--log-sample", type=float, default=0.1)
     ap.add_argument("--log-cap", type=int, default=100)

@@ -57,7 +57,7 @@ def serve(
         help="Instead, the value of this input column (a request's first row).")] = None,
     shadow_queue: Annotated[int, typer.Option(
         help="Request copies waiting for a shadowed candidate; more are dropped and "
-             "counted.")] = 1000,
+             "counted.")] = 100,
     no_request_log: Annotated[bool, typer.Option(
         "--no-request-log", help="Do not log requests (by default a sample of answered "
         "predictions goes to the workspace's request log).")] = False,

@@ -20,6 +20,14 @@ Policy:
   than a batch, which run alone), exceeds the latency budget.
 * If a batch of several requests fails, each request is retried alone, so one bad
   request cannot fail the others; a failure is logged once with an error id.
+* A *rider* (:meth:`Batcher.carry`: a canary's candidate, carried by the stable version's
+  batcher) whose requests arrive while its host is busy or gathering does not wake its
+  own thread: the host's next batch takes the rider's queue too, and the host's thread
+  runs the rider's call right after its own (the host's answers are handed back first),
+  so the two versions' calls share one wake-up of one thread and one hand-over of the
+  interpreter. The rider's requests wait as long as the host's arriving at the same time
+  do. Only while the rider's calls are about as cheap as the host's (moving averages):
+  a slower rider runs in its own thread, as an idle host's rider does at once.
 """
 
 from __future__ import annotations
@@ -41,6 +49,10 @@ __all__ = ["Batcher", "Closed", "Overloaded", "PredictFailed", "Result"]
 
 _logger = logging.getLogger(__name__)
 _EWMA = 0.2  # weight of the newest call in the moving average of call times
+# a rider is carried while its calls take at most this many times the host's (on average)
+# and at most _RIDE_MAX_S: the host's next batch waits for the rider's call
+_RIDE_RATIO = 2.0
+_RIDE_MAX_S = 0.005
 
 
 class Overloaded(Exception):
@@ -126,6 +138,9 @@ class Batcher:
         self.cpu_s = 0.0  # CPU seconds of the worker thread in predict calls so far
         self._idle = asyncio.Event()
         self._idle.set()
+        self._rider: Batcher | None = None  # the batcher this one carries (see carry)
+        self._host: Batcher | None = None  # the batcher carrying this one
+        self._waiting_host = False  # queued requests left for the host's next batch
 
     @property
     def busy(self) -> bool:
@@ -179,9 +194,60 @@ class Batcher:
         if rows > self.max_batch_size:
             self._queued_big_rows += rows
         self._idle.clear()
-        if not self._busy and not self._gathering:
-            self._start_gathering()
+        if not self._busy and not self._gathering and not self._waiting_host:
+            if self._rides():
+                self._waiting_host = True  # the host's next batch takes this queue
+            else:
+                self._start_gathering()
         return future
+
+    # -- riding (see the module's docstring) -------------------------------------------
+
+    @property
+    def rider(self) -> Batcher | None:
+        """The batcher this one carries (:meth:`carry`), if any."""
+        return self._rider
+
+    def carry(self, rider: Batcher | None) -> None:
+        """Carry ``rider``'s calls in this batcher's thread (None: stop carrying)."""
+        old, self._rider = self._rider, rider
+        if old is not None and old is not rider:
+            old._host = None
+            old._leave_host()
+        if rider is not None:
+            rider._host = self
+
+    def _rides(self) -> bool:
+        """Whether this batcher's queue may wait for its host's next batch now."""
+        host = self._host
+        if host is None or host._closed or not (host._busy or host._gathering):
+            return False
+        mine, hosts = self.call_s, host.call_s
+        return mine is not None and hosts is not None and \
+            mine <= min(_RIDE_MAX_S, _RIDE_RATIO * hosts)
+
+    def _leave_host(self) -> None:
+        """Dispatch on its own what waited for the host (its batch did not take it)."""
+        if self._waiting_host:
+            self._waiting_host = False
+            if self._queue and not self._busy and not self._gathering:
+                self._start_gathering()
+
+    def _take_rider(self) -> tuple[Batcher, list[_Item]] | None:
+        """The rider's queued requests for this host's batch (marks the rider busy)."""
+        rider = self._rider
+        if rider is None or not rider._waiting_host:
+            return None
+        rider._waiting_host = False
+        if rider._closed or rider._busy or rider._gathering:
+            return None
+        batch, rows = rider._take()
+        if not batch:
+            rider._idle.set()
+            return None
+        rider._busy = True
+        rider._running_s = rider._call_estimate(rows)
+        return rider, batch
 
     async def drain(self, timeout: float) -> bool:
         """Wait until nothing is queued or running; False if ``timeout`` passed first."""
@@ -194,6 +260,9 @@ class Batcher:
     def close(self) -> None:
         """Take no more work, fail what is still queued, and let the thread end."""
         self._closed = True
+        self.carry(None)
+        if self._host is not None:
+            self._host.carry(None)
         while self._queue:
             item = self._queue.popleft()
             if not item.future.done():
@@ -217,8 +286,8 @@ class Batcher:
             self._seen = n
             self._loop.call_soon(self._gather)
 
-    def _dispatch(self) -> None:
-        self._gathering = False
+    def _take(self) -> tuple[list[_Item], int]:
+        """The next batch off the queue, and its rows."""
         batch: list[_Item] = []
         rows = 0
         queue = self._queue
@@ -234,12 +303,20 @@ class Batcher:
                 batch.append(item)
                 rows += item.rows
         self._on_depth(len(queue))
+        return batch, rows
+
+    def _dispatch(self) -> None:
+        self._gathering = False
+        batch, rows = self._take()
         if not batch:
             self._idle.set()
+            rider = self._rider
+            if rider is not None:
+                rider._leave_host()
             return
         self._busy = True
         self._running_s = self._call_estimate(rows)
-        self._executor.submit(self._run, batch)
+        self._executor.submit(self._run, batch, self._take_rider())
 
     def _finish(self, batch: list[_Item], results: list[Result | PredictFailed],
                 seconds: float, cpu_s: float = 0.0) -> None:
@@ -259,13 +336,25 @@ class Batcher:
             else:
                 item.future.set_result(result)
         if self._queue and not self._closed:
-            self._start_gathering()
+            if self._rides():
+                self._waiting_host = True
+            else:
+                self._start_gathering()
         else:
             self._idle.set()
+            rider = self._rider
+            if rider is not None:  # nothing more of this one's will carry it
+                rider._leave_host()
 
     # -- the worker thread -------------------------------------------------------------
 
-    def _run(self, batch: list[_Item]) -> None:
+    def _run(self, batch: list[_Item],
+             rider: tuple[Batcher, list[_Item]] | None = None) -> None:
+        self._run_own(batch)
+        if rider is not None:  # after this batch's answers went back to the loop
+            rider[0]._run_own(rider[1])
+
+    def _run_own(self, batch: list[_Item]) -> None:
         start, cpu = time.perf_counter(), time.thread_time()
         results: list[Result | PredictFailed]
         try:

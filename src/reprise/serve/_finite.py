@@ -7,14 +7,16 @@ count as non-finite too. JSON cannot carry NaN or infinity (the parser refuses t
 literals), but binary tensor data can. Outputs: any NaN or infinity in a float output
 (probabilities of ``1e308`` through ``exp``, say).
 
-Each check is one ``sum`` (plus ``min``/``max`` for float32) over a column, in C; only a
-column that fails is walked in Python to find the first bad row.
+Each check is one ``sum`` (plus ``min``/``max`` for float32) over a column, in C (over a
+column of rows, such as probabilities, chained end to end); only a column that fails is
+walked in Python to find the first bad row.
 """
 
 from __future__ import annotations
 
 import math
 import weakref
+from itertools import chain
 from typing import Any
 
 from reprise.serve._batcher import Result
@@ -80,7 +82,12 @@ def _first_bad(values: list[Any], limit: float) -> int | None:
                 -limit <= min(values) and max(values) <= limit)):
             return None
     except (TypeError, OverflowError):  # nulls, strings, nested rows, huge integers
-        pass
+        if limit == math.inf:
+            try:  # rows of numbers (probabilities, a tensor per row): one sum, in C
+                if math.isfinite(sum(chain.from_iterable(values), 0.0)):
+                    return None
+            except (TypeError, OverflowError):  # nulls, strings, deeper nesting
+                pass
     for i, v in enumerate(values):
         if not _finite(v, limit):
             return i

@@ -1,10 +1,17 @@
 """Prometheus metrics of one server (its own registry, so servers in one process, as in
 tests, do not share counters). Label children are cached: looking one up through
-``labels()`` costs more than the increment itself."""
+``labels()`` costs more than the increment itself.
+
+A running rollout's per-version series (every answer of both versions counts there) are
+plain sums kept on the event loop and read by a collector when ``/metrics`` is scraped
+(also on the loop): a prometheus_client child takes a lock per increment, and a counter
+and a histogram cost two or three of them per answer on the request path."""
 
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable, Iterator
+from itertools import accumulate
 from typing import Any
 
 from reprise.core._rollout_types import LATENCY_BOUNDS_MS
@@ -59,21 +66,13 @@ class Metrics:
                                "candidate, by outcome: compared, agreed, failed, or dropped "
                                "(the shadow queue was full or the candidate shed it).",
                                [*mv, "outcome"], registry=r)
-        rv = [*mv, "rollout", "role", "mode"]
-        self._r_requests = Counter("reprise_rollout_requests", "Answers of each version of a "
-                                   "running rollout as its analysis counts them, by role "
-                                   "(stable, candidate) and mode (live traffic, or shadow "
-                                   "copies).", rv, registry=r)
-        self._r_errors = Counter("reprise_rollout_errors", "Of those, the errors (5xx, a "
-                                 "model exception, a non-finite output).", rv, registry=r)
-        self._r_latency = Histogram("reprise_rollout_request_duration_seconds", "Their "
-                                    "latency.", rv, buckets=_LATENCY_BOUNDS_S, registry=r)
+        # (rollout, version, mode) -> its series' sums
+        self._rollouts: dict[tuple[str, int, str], _RolloutSeries] = {}
+        r.register(_RolloutCollector(self._rollouts))
         self._warmups = Counter("reprise_warmups", "Warm-up calls of idle model versions "
                                 "(not counted as requests), by outcome: ok or failed.",
                                 [*mv, "outcome"], registry=r)
         self._children: dict[tuple[Any, ...], Any] = {}
-        # (rollout, version, mode) -> (labels, requests, errors, latency children)
-        self._rollouts: dict[tuple[str, int, str], tuple[tuple[str, ...], Any, Any, Any]] = {}
 
     def _child(self, metric: Any, *labels: str) -> Any:
         key = (id(metric), *labels)
@@ -116,20 +115,16 @@ class Metrics:
                         *, error: bool, seconds: float, n: int = 1) -> None:
         """Count one answer of ``version`` in ``rollout`` (``mode``: live or shadow), or
         ``n`` alike (a shadow's batch of copies: one call, not one per copy, so that the
-        event loop counts a batch of hundreds at once)."""
+        event loop counts a batch of hundreds at once). Call on the event loop."""
         series = self._rollouts.get((rollout, version, mode))
         if series is None:
-            labels = (model, str(version), rollout, role, mode)
-            series = self._rollouts[(rollout, version, mode)] = (
-                labels, self._r_requests.labels(*labels), self._r_errors.labels(*labels),
-                self._r_latency.labels(*labels))
-        series[1].inc(n)
+            series = self._rollouts[(rollout, version, mode)] = _RolloutSeries(
+                (model, str(version), rollout, role, mode))
+        series.requests += n
         if error:
-            series[2].inc(n)
-        if n == 1:
-            series[3].observe(seconds)
-        else:
-            _observe_many(series[3], seconds, n)
+            series.errors += n
+        series.seconds += seconds * n
+        series.buckets[bisect_left(_LATENCY_BOUNDS_S, seconds)] += n
 
     def rollout_ended(self, model: str, rollout: str, versions: tuple[str, ...]) -> None:
         """Drop a finished rollout's series (a server runs many rollouts in its life)."""
@@ -140,9 +135,7 @@ class Metrics:
             except KeyError:
                 pass
         for key in [k for k in self._rollouts if k[0] == rollout]:
-            labels = self._rollouts.pop(key)[0]
-            for metric in (self._r_requests, self._r_errors, self._r_latency):
-                metric.remove(*labels)
+            del self._rollouts[key]
 
     def warmup(self, model: str, version: str, ok: bool) -> None:
         self._child(self._warmups, model, version, "ok" if ok else "failed").inc()
@@ -157,15 +150,59 @@ class Metrics:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
-def _observe_many(histogram: Any, value: float, n: int) -> None:
-    """``n`` observations of ``value`` in a histogram child at once: its sum grows by
-    ``n * value`` and the bucket of ``value`` by ``n``, as ``n`` calls of ``observe`` would
-    leave them (prometheus_client's child keeps cumulative counts only at exposition)."""
-    bounds, buckets, total = (getattr(histogram, a, None)
-                              for a in ("_upper_bounds", "_buckets", "_sum"))
-    if bounds is None or buckets is None or total is None or n < 1:
-        for _ in range(max(0, n)):  # another prometheus_client: the plain way
-            histogram.observe(value)
-        return
-    total.inc(value * n)
-    buckets[bisect_left(bounds, value)].inc(n)
+class _RolloutSeries:
+    """One version's answers in one rollout and mode: counts, errors, the latency
+    histogram's sum and per-bucket counts (``_LATENCY_BOUNDS_S``, then above them)."""
+
+    __slots__ = ("buckets", "errors", "labels", "requests", "seconds")
+
+    def __init__(self, labels: tuple[str, ...]) -> None:
+        self.labels = labels
+        self.requests = self.errors = 0
+        self.seconds = 0.0
+        self.buckets = [0] * (len(_LATENCY_BOUNDS_S) + 1)
+
+
+_ROLLOUT_LABELS = ["model", "version", "rollout", "role", "mode"]
+
+
+class _RolloutCollector:
+    """The rollout series as prometheus_client reads them: ``reprise_rollout_requests``,
+    ``reprise_rollout_errors`` (counters) and ``reprise_rollout_request_duration_seconds``
+    (a histogram), labelled model, version, rollout, role (stable, candidate) and mode
+    (live traffic, or shadow copies)."""
+
+    def __init__(self, series: dict[tuple[str, int, str], _RolloutSeries]) -> None:
+        from prometheus_client.utils import floatToGoString
+
+        go: Callable[[float], str] = floatToGoString  # (as a Histogram writes its bounds)
+        self._series = series
+        self._le = (*map(go, _LATENCY_BOUNDS_S), "+Inf")
+
+    def _families(self) -> tuple[Any, Any, Any]:
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+        return (CounterMetricFamily("reprise_rollout_requests", "Answers of each version "
+                                    "of a running rollout as its analysis counts them, by "
+                                    "role (stable, candidate) and mode (live traffic, or "
+                                    "shadow copies).", labels=_ROLLOUT_LABELS),
+                CounterMetricFamily("reprise_rollout_errors", "Of those, the errors (5xx, "
+                                    "a model exception, a non-finite output).",
+                                    labels=_ROLLOUT_LABELS),
+                HistogramMetricFamily("reprise_rollout_request_duration_seconds",
+                                      "Their latency.", labels=_ROLLOUT_LABELS))
+
+    def describe(self) -> Iterator[Any]:
+        yield from self._families()
+
+    def collect(self) -> Iterator[Any]:
+        requests, errors, latency = self._families()
+        for s in list(self._series.values()):
+            labels = list(s.labels)
+            requests.add_metric(labels, s.requests)
+            errors.add_metric(labels, s.errors)
+            latency.add_metric(labels, list(zip(self._le, accumulate(s.buckets), strict=True)),
+                               s.seconds)
+        yield requests
+        yield errors
+        yield latency

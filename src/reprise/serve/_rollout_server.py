@@ -134,6 +134,12 @@ class RolloutController:
                          rec.candidate, rec.weight, rec.phase)
             self.state.invalidate(rec.name)  # the response cache: the split changed
         split.update(rec)
+        # a live candidate's calls ride in the stable version's thread when cheap enough
+        # (Batcher.carry); a shadow's copies never do (they wait for the stable to idle)
+        carried = split.candidate.batcher if rec.phase != "shadow" and rec.weight < 100 \
+            else None
+        if split.stable.batcher.rider is not carried:
+            split.stable.batcher.carry(carried)
         if rec.phase == "shadow" and split.shadow is None:
             split.shadow = Shadow(split, self.state.metrics, self.state.settings.shadow_queue)
         elif rec.phase != "shadow" and split.shadow is not None:
@@ -152,6 +158,8 @@ class RolloutController:
             await state._switch(ref, rec.name, rec.candidate)
         if table.splits.get(ref) is split:
             del table.splits[ref]
+        if split.stable.batcher.rider is split.candidate.batcher:
+            split.stable.batcher.carry(None)
         state.invalidate(rec.name)
         if split.shadow is not None:
             shadow, split.shadow = split.shadow, None
