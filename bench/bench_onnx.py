@@ -4,10 +4,13 @@ Two models on the breast-cancer data (as the demo's): a scikit-learn pipeline
 (StandardScaler + LogisticRegression) and the demo's MLP (30-32-32-2, with its fitted
 scaler). Each is registered, then ``optimize``d to ONNX and to ONNX dynamic int8.
 For each of the 2 x 3 versions, a real ``reprise serve NAME:V --runtime R`` process:
-cold start (spawn to ``/readyz``), single-row JSON requests/s at concurrency 1 and 32
-(httpx async clients in this process, answers checked), and the server's RSS after the
-load; then batch prediction rows/s in this process (validated columns, 50,000-row
-chunks, as ``reprise predict`` does). Medians over repeats; servers take turns.
+cold start (spawn to ``/readyz``), single-row JSON requests/s at concurrency 1 (an httpx
+client in this process, answers checked) and 32 (``wrk -t1 -c32``, as bench_serve and
+bench_rollout load a server: a Python client at c=32 takes most of one of the two cores and
+capped every server near 270 requests/s in a quiet run, so it measured the client; its
+figure is kept as ``req_per_s_c32_httpx``), and the server's RSS after the load; then
+batch prediction rows/s in this process (validated columns, 50,000-row chunks, as
+``reprise predict`` does). Medians over repeats; servers take turns.
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import WORK, finish  # noqa: E402
+from bench_serve import ensure_wrk, run_wrk  # noqa: E402
 
 RUNTIMES = ("native", "onnx", "int8")
 ATOL = {"sk": 1e-5, "mlp": 1e-5}  # the default parity tolerance
@@ -173,6 +178,14 @@ def _batch_rows_per_s(root: Path, name: str, version: int, runtime: str, rows: i
     return done / (time.perf_counter() - t0)
 
 
+@dataclass(frozen=True)
+class _Target:
+    """What bench_serve.run_wrk reads of a server: its port and path."""
+
+    port: int
+    url: str
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="one round, no result file")
@@ -185,6 +198,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     root.mkdir(parents=True)
     versions = _models(root)
     body = ("[" + (root / "row.json").read_text().strip()[1:-1] + "]").encode()
+    body_file = root / "body.json"
+    body_file.write_bytes(body)
+    wrk = ensure_wrk()
+    if wrk is None:
+        print("  wrk is not installed and could not be (apt-get install -y wrk as root): "
+              "requests/s at c=32 from the Python client only")
     samples: dict[str, list[float]] = {}
     for name, by_runtime in versions.items():  # one unmeasured start each: the bytecode
         for runtime, version in by_runtime.items():  # caches written, as after install
@@ -199,7 +218,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     path = f"{url}/v1/models/{name}/predict"
                     asyncio.run(_load(path, body, 4, 0.5))  # warm the connections
                     c1 = asyncio.run(_load(path, body, 1, seconds))
-                    c32 = asyncio.run(_load(path, body, 32, seconds))
+                    c32_httpx = asyncio.run(_load(path, body, 32, seconds))
+                    c32 = c32_httpx
+                    if wrk is not None:
+                        target: Any = _Target(int(url.rsplit(":", 1)[1]),
+                                              f"/v1/models/{name}/predict")
+                        run_wrk(wrk, target, body_file, 32, 1)  # warm-up
+                        sample = run_wrk(wrk, target, body_file, 32, int(seconds))
+                        if sample["errors"]:
+                            raise RuntimeError(f"{name}:{version} ({runtime}): wrk errors "
+                                               f"{sample}")
+                        c32 = sample["rps"]
                     rss = _rss_mb(proc.pid)
                 finally:
                     proc.send_signal(signal.SIGINT)
@@ -207,7 +236,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 key = f"{name}.{runtime}"
                 for metric, value in (("cold_start_s", cold), ("cold_start_cpu_s", cold_cpu),
                                       ("req_per_s_c1", c1),
-                                      ("req_per_s_c32", c32), ("rss_mb", rss)):
+                                      ("req_per_s_c32", c32),
+                                      ("req_per_s_c32_httpx", c32_httpx), ("rss_mb", rss)):
                     samples.setdefault(f"{key}.{metric}", []).append(value)
                 samples.setdefault(f"{key}.batch_rows_per_s", []).append(
                     _batch_rows_per_s(root, name, version, runtime, rows))
@@ -215,7 +245,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ratios = {}
     for name in versions:
         for runtime in ("onnx", "int8"):
-            for metric in ("req_per_s_c1", "req_per_s_c32", "batch_rows_per_s"):
+            for metric in ("req_per_s_c1", "req_per_s_c32", "req_per_s_c32_httpx",
+                           "batch_rows_per_s"):
                 ratios[f"{name}.{runtime}_vs_native.{metric}"] = (
                     figures[f"{name}.{runtime}.{metric}"] / figures[f"{name}.native.{metric}"])
             ratios[f"{name}.{runtime}_vs_native.rss"] = (
@@ -223,6 +254,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {"figures": figures, "ratios": ratios, "samples": samples,
               "settings": {"parity_atol": ATOL, "repeats": repeats, "load_seconds": seconds,
                            "batch_rows": rows,
+                           "c32_client": "wrk -t1 -c32" if wrk else "httpx (wrk missing)",
                            "ort_threads": os.environ.get("REPRISE_ORT_THREADS", "all CPUs"),
                            "cold_start": "spawn of `reprise serve` to /readyz 200, after one "
                                          "unmeasured start of each server (bytecode cached)"},
