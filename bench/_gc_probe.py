@@ -2,7 +2,7 @@
 collector's passes timed (``gc.callbacks``), for diagnosing a server's latency tail.
 
 ``REPRISE_BENCH_GC`` names the JSON file written when the server exits: per generation,
-the passes, their total and longest pause and the p50/p99 pause; the objects frozen
+the passes once the server froze its start-up heap (it is ready), their total and longest pause and the p50/p99 pause; the objects frozen
 (``gc.get_freeze_count``) and those left in the oldest generation at exit. ``SIGUSR2``
 writes, next to it (``.census.json``), what the collector tracks at that moment: the
 objects per generation and the commonest types (sent while a load runs).
@@ -46,7 +46,7 @@ def main(argv: list[str]) -> None:
     def callback(phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
             started[0] = time.perf_counter()
-        else:
+        elif gc.get_freeze_count():  # serving: the start-up's imports are not counted
             pauses[info["generation"]].append(time.perf_counter() - started[0])
 
     def write() -> None:
@@ -61,6 +61,7 @@ def main(argv: list[str]) -> None:
                 "total_ms": sum(xs) * 1e3,
                 "max_ms": xs[-1] * 1e3 if xs else 0.0,
                 "p50_ms": xs[len(xs) // 2] * 1e3 if xs else 0.0,
+                "p90_ms": xs[int(len(xs) * 0.9)] * 1e3 if xs else 0.0,
                 "p99_ms": xs[int(len(xs) * 0.99)] * 1e3 if xs else 0.0,
             }
         out.write_text(json.dumps(stats, indent=1))
