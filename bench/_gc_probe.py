@@ -2,10 +2,11 @@
 collector's passes timed (``gc.callbacks``), for diagnosing a server's latency tail.
 
 ``REPRISE_BENCH_GC`` names the JSON file written when the server exits: per generation,
-the passes once the server froze its start-up heap (it is ready), their total and longest pause and the p50/p99 pause; the objects frozen
-(``gc.get_freeze_count``) and those left in the oldest generation at exit. ``SIGUSR2``
-writes, next to it (``.census.json``), what the collector tracks at that moment: the
-objects per generation and the commonest types (sent while a load runs).
+the passes once the server froze its start-up heap (it is ready), their total, longest,
+p50, p90 and p99 pause; the objects frozen (``gc.get_freeze_count``) and those left in
+the oldest generation at exit. ``SIGUSR2`` writes, next to it (``.census.json``), what
+the collector tracks at that moment: the objects per generation, the commonest types,
+and who holds a sample of the lists (sent while a load runs).
 """
 
 from __future__ import annotations
