@@ -43,12 +43,18 @@ def main(argv: list[str]) -> None:
     out = Path(os.environ[GC_ENV])
     pauses: dict[int, list[float]] = {0: [], 1: [], 2: []}
     started: list[float] = [0.0]
+    ready: list[bool] = [False]
 
     def callback(phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
             started[0] = time.perf_counter()
-        elif gc.get_freeze_count():  # serving: the start-up's imports are not counted
-            pauses[info["generation"]].append(time.perf_counter() - started[0])
+            return
+        seconds = time.perf_counter() - started[0]
+        # serving once the start-up heap is frozen: the imports' passes are not counted
+        # (get_freeze_count walks the frozen objects: asked only until they are there)
+        if ready[0] or gc.get_freeze_count():
+            ready[0] = True
+            pauses[info["generation"]].append(seconds)
 
     def write() -> None:
         stats: dict[str, Any] = {
