@@ -367,3 +367,30 @@ def test_retention_runs_after_a_flush_at_most_every_five_minutes() -> None:
     off = RequestLogger(RecordingSink(), _settings(log_max_age_days=None, log_max_mb=None), "s")
     off._write([])
     assert off.sink.prunes == []  # type: ignore[attr-defined]
+
+
+def test_a_buffered_record_is_left_alone_by_the_collector_and_written_unchanged() -> None:
+    import gc
+
+    from reprise.serve._reqlog import RequestLogger
+
+    sink = RecordingSink()
+    log = RequestLogger(sink, _settings(log_exclude=["plan"]), "s")
+    inputs = {"x": [1.5, 2.5], "y": [2, 3], "plan": ["gold", "tin"], "v": [[1, 2], [3, 4]]}
+
+    async def go() -> None:
+        log.offer("churn", 1, "r1", 0.001, inputs, 2, {"label": ["high", "low"]})
+        gc.collect(0)  # survived a young collection: tuples of atoms are no longer tracked
+        rec = log.buffer[0]
+        assert not any(map(gc.is_tracked, (rec.inputs["x"], rec.inputs["y"],
+                                           rec.outputs["label"])))
+        assert "plan" not in rec.inputs and inputs["x"] == [1.5, 2.5]  # the caller's kept
+        await log.close()
+
+    run(go())
+    (table, kw), = sink.tables
+    assert kw["name"] == "churn" and table.column("input.x").to_pylist() == [1.5, 2.5]
+    assert table.column("input.y").to_pylist() == [2, 3]
+    assert table.column("input.v").to_pylist() == [[1, 2], [3, 4]]
+    assert table.column("output.label").to_pylist() == ["high", "low"]
+    assert "input.plan" not in table.column_names

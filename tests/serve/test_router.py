@@ -6,6 +6,7 @@ a pinned version still pinned, an abort sending everything back to the stable ve
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 import time
 from collections import Counter
@@ -108,16 +109,16 @@ def test_pick_shares_by_weight_and_is_sticky() -> None:
 
 
 def test_shadow_copies_merge_only_when_all_are_lists_with_the_same_columns() -> None:
-    a, b = _Copy({"x": [1.0], "y": [2]}, 1, ["k"]), _Copy(
+    a, b = _Copy.of({"x": [1.0], "y": [2]}, 1, ["k"]), _Copy.of(
         {"x": [3.0, 4.0], "y": [5, 6]}, 2, ["k", "k"])
     assert _merge([a, b]) == {"x": [1.0, 3.0, 4.0], "y": [2, 5, 6]}
     assert _merge([a]) == {"x": [1.0], "y": [2]}
-    other = _Copy({"y": [2], "x": [1.0]}, 1, ["k"])  # the same columns in another order
-    fewer = _Copy({"x": [1.0]}, 1, ["k"])
-    arrays = _Copy({"x": np.array([1.0]), "y": [2]}, 1, ["k"])
+    other = _Copy.of({"y": [2], "x": [1.0]}, 1, ["k"])  # the same columns in another order
+    fewer = _Copy.of({"x": [1.0]}, 1, ["k"])
+    arrays = _Copy.of({"x": np.array([1.0]), "y": [2]}, 1, ["k"])
     assert _merge([a, other]) is None and _merge([a, fewer]) is None
     assert _merge([a, arrays]) is None and _merge([arrays, a]) is None
-    assert _merge([_Copy({}, 1, [])]) is None
+    assert _merge([_Copy.of({}, 1, [])]) is None
 
 
 def test_the_key_comes_from_the_header_or_the_first_rows_column() -> None:
@@ -195,6 +196,51 @@ def test_the_shadow_drops_and_counts_when_its_queue_is_full() -> None:
     assert sum(r.shadow_agreed for r in rows) == compared
     assert {k for r in rows for k in r.outputs} == {"high"}
 
+
+
+class _Recording(FakeModel):
+    """Remembers the rows of every predict call, as plain lists."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__("churn", version, signature=LABELLED)
+        self.seen: list[dict[str, list[Any]]] = []
+
+    def predict(self, columns: dict[str, Any]) -> dict[str, Any]:
+        self.seen.append({k: np.asarray(v).tolist() for k, v in columns.items()})
+        return super().predict(columns)
+
+
+def test_a_queued_shadow_copy_is_left_alone_by_the_collector_and_reaches_it_unchanged() -> None:
+    cols = {"x": [1.5, 2.5], "y": [60, 7], "plan": ["gold", "tin"]}
+    copy = _Copy.of(cols, 2, ["high", "low"])
+    gc.collect(0)  # survived a young collection: tuples of atoms are no longer tracked
+    assert not any(map(gc.is_tracked, (copy.names, copy.stable, *copy.values)))
+    assert copy.columns == cols and copy.columns["x"] is not cols["x"]
+    nested = _Copy.of({"x": np.array([1.0]), "v": [[1, 2]]}, 1, ["k"])  # kept as given
+    assert nested.columns["v"] == [[1, 2]] and isinstance(nested.columns["x"], np.ndarray)
+
+    async def main() -> tuple[list[Any], _Recording]:
+        stable = _served(1)
+        model = _Recording(2)
+        cand = ServedModel.create(model, ResolvedSettings(8, 0.0, 1000.0, None, None),
+                                  Metrics())
+        outcomes = Outcomes("s1")
+        shadow = Shadow(Split(_rollout(0.0, phase="shadow"), stable, cand, outcomes),
+                        Metrics(), capacity=10)
+        offered = [{"x": [0.5], "y": [60], "plan": ["gold"]}, cols,
+                   {"x": [-3.0], "y": [51], "plan": ["tin"]}]
+        for c in offered:
+            shadow.offer(c, len(c["x"]), await stable.batcher.submit(c, len(c["x"])))
+        await wait_until(lambda: sum(r.shadow_compared for r in outcomes._rows.values())
+                         == 3, 5)
+        await shadow.close()
+        model.seen.insert(0, {k: [v for c in offered for v in c[k]] for k in cols})
+        return outcomes.take(), model
+    rows, model = run(main())
+    expected, *seen = model.seen
+    # the candidate got every offered row, in order, as the stable version did
+    assert {k: [v for batch in seen for v in batch[k]] for k in expected} == expected
+    assert sum(r.shadow_agreed for r in rows) == 3  # the labels agree (tuples vs lists)
 
 
 def test_the_shadow_gate_yields_to_the_stable_version_and_caps_its_share() -> None:

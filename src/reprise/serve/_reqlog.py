@@ -2,8 +2,9 @@
 version, latency, request id, time), kept off the request path.
 
 * The request path only draws the sample (one random number and a per-second counter)
-  and appends a reference to the request's already-checked columns and outputs to a
-  buffer bounded in rows, on the event loop: no copy, no lock, no I/O. When it is full
+  and appends the request's already-checked columns and outputs (each column as a
+  tuple, which the garbage collector soon stops walking) to a buffer bounded in rows,
+  on the event loop: no lock, no I/O. When it is full
   the record is dropped and counted (``reprise_request_log_records{outcome="dropped"}``
   and a warning at most once a minute), never waited for.
 * A flusher task hands the buffer, swapped out whole, to one writer thread every
@@ -193,9 +194,13 @@ class RequestLogger:
         if self.buffered_rows + rows > self.capacity:
             self._drop(name, version)
             return
-        if self.exclude:
-            inputs = {k: v for k, v in inputs.items() if k not in self.exclude}
-            outputs = {k: v for k, v in outputs.items() if k not in self.exclude}
+        # each column as a tuple, not the request's list: the buffer holds up to a flush
+        # interval of records (~1,000 at the default cap), and as lists they were most
+        # of what a busy server's full garbage collections walked (tuples of numbers or
+        # strings are untracked at the first collection they survive; issue 14)
+        exclude = self.exclude
+        inputs = {k: _compact(v) for k, v in inputs.items() if k not in exclude}
+        outputs = {k: _compact(v) for k, v in outputs.items() if k not in exclude}
         self.buffer.append(_Record(name, version, request_id, time.time(), latency_s * 1000,
                                    rows, inputs, outputs))
         self.buffered_rows += rows
@@ -342,6 +347,10 @@ def _column(parts: list[Any], rows: list[int], total: int) -> pa.Array:
     for p, n in zip(parts, rows, strict=True):
         values.extend([None] * n if p is None else _as_list(p, n))
     return _arrow(values)
+
+
+def _compact(values: Any) -> Any:
+    return tuple(values) if type(values) is list else values
 
 
 def _as_list(column: Any, rows: int) -> list[Any]:

@@ -33,7 +33,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import chain
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from reprise.core._rollout_types import (
@@ -287,9 +287,33 @@ def _threshold(weight: float) -> int:
 
 @dataclass(slots=True)
 class _Copy:
-    columns: dict[str, Any]
+    """A queued copy of a request, held so that the cyclic garbage collector has almost
+    nothing to walk: the column names and each column's values as tuples (a JSON body's
+    lists of numbers or strings become tuples of atoms, which CPython stops tracking at
+    the first collection they survive), and the stable answer's keys as a tuple. Only
+    this object stays tracked; as a dict of lists a single-row copy of a 20-column
+    request was 22 tracked containers, and a full queue added thousands to every full
+    collection of a busy server (issue 14). :attr:`columns` gives the lists back."""
+
+    names: tuple[str, ...]
+    values: tuple[Any, ...]  # per column: a tuple (was a list), or as given (an array)
     rows: int
-    stable: list[str]  # the stable answer's output_keys, compared with the candidate's
+    stable: tuple[str, ...]  # the stable answer's output_keys, compared with the candidate's
+
+    @classmethod
+    def of(cls, columns: Mapping[str, Any], rows: int, stable: Iterable[str]) -> _Copy:
+        return cls(tuple(columns), tuple(map(_compact, columns.values())), rows,
+                   tuple(stable))
+
+    @property
+    def columns(self) -> dict[str, Any]:
+        """The copy's input columns as the request had them (lists, arrays)."""
+        return {name: list(v) if type(v) is tuple else v
+                for name, v in zip(self.names, self.values, strict=True)}
+
+
+def _compact(values: Any) -> Any:
+    return tuple(values) if type(values) is list else values
 
 
 class ShadowGate:
@@ -383,8 +407,8 @@ class Shadow:
             self._unreported += 1
             return
         # nothing else here: whether copies can be merged is checked per batch (_merge)
-        self._queue.append(_Copy(columns, rows, self.split.output_keys(stable.outputs)
-                                 if keys is None else keys))
+        self._queue.append(_Copy.of(columns, rows, self.split.output_keys(stable.outputs)
+                                    if keys is None else keys))
         if not self._wake.is_set():
             self._wake.set()
 
@@ -470,7 +494,7 @@ class Shadow:
             rows = copy.rows
             if copy.stable:
                 compared += 1
-                agreed += keys[i:i + rows] == copy.stable
+                agreed += tuple(keys[i:i + rows]) == copy.stable
             i += rows
         self._count(compared, agreed, 0)
         return loop_s + time.perf_counter() - t1
@@ -493,8 +517,9 @@ class Shadow:
         dropped, closed = 0, False
         for copy in batch:
             try:
-                check_inputs(cand, copy.columns)  # as the candidate converts them
-                sent.append((copy, cand.batcher.submit(copy.columns, copy.rows)))
+                columns = copy.columns
+                check_inputs(cand, columns)  # as the candidate converts them
+                sent.append((copy, cand.batcher.submit(columns, copy.rows)))
             except (HTTPError, Overloaded):  # the candidate refuses this input, or sheds
                 dropped += 1
             except Closed:  # retired: what was sent fails with Closed too
@@ -541,7 +566,7 @@ class Shadow:
                                          "shadow", error=False, seconds=seconds)
             if copy.stable:
                 compared += 1
-                agreed += keys == copy.stable
+                agreed += tuple(keys) == copy.stable
         self._count(compared, agreed, failed)
 
     def _count(self, compared: int, agreed: int, failed: int) -> None:
@@ -561,16 +586,16 @@ class Shadow:
 
 
 def _merge(batch: list[_Copy]) -> dict[str, list[Any]] | None:
-    """The copies' input columns end to end, when every one is a list (JSON bodies) and
-    the copies have the same columns in the same order; else None. Runs on the event
-    loop for a batch of up to ``_SHADOW_BATCH`` copies at once, so both checks and the
-    joining iterate in C (``map``, ``chain``), not per copy in Python; the request path
-    (:meth:`Shadow.offer`) checks nothing."""
-    columns = [c.columns for c in batch]
-    names = tuple(columns[0])
-    if not names or not all(map(names.__eq__, map(tuple, columns))):
+    """The copies' input columns end to end, when every one was a list (JSON bodies: held
+    as a tuple, :class:`_Copy`) and the copies have the same columns in the same order;
+    else None. Runs on the event loop for a batch of up to ``_SHADOW_BATCH`` copies at
+    once, so both checks and the joining iterate in C (``map``, ``chain``), not per copy
+    in Python; the request path (:meth:`Shadow.offer`) checks nothing."""
+    names = batch[0].names
+    if not names or not all(map(names.__eq__, map(attrgetter("names"), batch))):
         return None
-    if set(map(type, chain.from_iterable(map(dict.values, columns)))) != {list}:
+    values = [c.values for c in batch]
+    if set(map(type, chain.from_iterable(values))) != {tuple}:
         return None
-    return {name: list(chain.from_iterable(map(itemgetter(name), columns)))
-            for name in names}
+    return {name: list(chain.from_iterable(map(itemgetter(i), values)))
+            for i, name in enumerate(names)}
