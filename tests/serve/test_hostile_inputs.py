@@ -251,3 +251,45 @@ def test_values_that_fit_their_datatype_are_accepted() -> None:
         {**PLAN, "shape": [2], "data": ["gold", "basic"]}]}))
     assert r.status_code == 200, r.text
 
+
+
+class _F32Model:
+    """What ``check_inputs`` reads of a served model: a float32 one with three float inputs
+    (one of them absent from some requests) and an integer one."""
+
+    def __init__(self) -> None:
+        self.name, self.version = "churn", 1
+        self.servable = type("S", (), {"float_dtype": "float32"})()
+        self.signature = Signature(inputs=[Field("a", "float"), Field("n", "int"),
+                                           Field("b", "float"), Field("c", "float")],
+                                   outputs=[Field("p", "float")])
+        self.counted: list[tuple[str, str]] = []
+        self.metrics = self
+
+    def non_finite(self, model: str, version: str, where: str, field: str) -> None:
+        self.counted.append((where, field))
+
+
+@pytest.mark.parametrize(("columns", "bad"), [
+    ({"a": [1.0, 2.0], "n": [10**40, 1], "b": [3.0, 4.0], "c": [0.0, -3.4e38]}, None),
+    ({"a": [1.0, 2.0], "b": [3.0, 4.0]}, None),  # c absent: the signature check's business
+    ({"a": [], "b": [], "c": []}, None),
+    ({"a": [1.0, 2.0], "b": [3.0, 1e39], "c": [math.nan, 0.0]}, "input 'b' row 1"),
+    ({"a": [1.0, 2.0], "b": [3.0, 4.0], "c": [0.0, -1e39]}, "input 'c' row 1"),
+    ({"a": [1.0, None], "b": [3.0, 4.0], "c": [0.0, math.inf]}, "input 'c' row 1"),
+    ({"a": [1.0, 2.0], "b": [-math.inf, 4.0], "c": [1e308, 1e308]}, "input 'b' row 0"),
+])
+def test_float32_inputs_are_checked_over_all_columns_naming_the_first_bad(
+        columns: dict[str, Any], bad: str | None) -> None:
+    from reprise.serve._finite import check_inputs
+    from reprise.serve._http import HTTPError
+
+    model: Any = _F32Model()
+    if bad is None:
+        check_inputs(model, columns)
+        assert model.counted == []
+        return
+    with pytest.raises(HTTPError) as info:
+        check_inputs(model, columns)
+    assert bad in info.value.message and "float32" in info.value.message
+    assert model.counted == [("input", bad.split("'")[1])]

@@ -85,3 +85,34 @@ def test_a_twenty_column_row_checks_in_microseconds() -> None:
     rec = [{f"c{i}": 0.5 for i in range(20)}]
     per_call = min(timeit.repeat(lambda: sig.check_records(rec), number=200, repeat=5)) / 200
     assert per_call < 200e-6  # ~12 µs on the 2-core machine; generous for slow CI
+
+
+FLAT = Signature(inputs=[f for f in SIG.inputs if not f.shape])  # no tensor: the row path
+FLAT_NAMES = ["f", "i", "b", "s", "n", "extra"]
+flat_values = st.one_of(values, st.floats(allow_nan=True), st.integers(-2**64, 2**64),
+                        st.sampled_from([float("nan"), float("inf"), True, False]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.sampled_from(FLAT_NAMES), flat_values, max_size=6),
+       st.sampled_from(["reject", "ignore"]), st.sampled_from(["flag", "reject"]))
+def test_a_single_record_checks_as_its_columns_do(rec: dict[str, Any], extra: str,
+                                                  out_of_range: str) -> None:
+    sig = FLAT.with_policy(extra_columns=extra, out_of_range=out_of_range)
+    one, general = sig.check_records([rec]), sig.check_columns({k: [v] for k, v in
+                                                                  rec.items()})
+    assert (one.errors, one.rows, one.out_of_range) == \
+        (general.errors, general.rows, general.out_of_range)
+    assert one.columns.keys() == general.columns.keys()
+    for name, col in general.columns.items():
+        assert repr(one.columns[name]) == repr(col)  # NaN != NaN: compare as written
+
+
+def test_a_clean_single_record_takes_the_one_loop_path() -> None:
+    from reprise.registry._checks import _clean_row
+
+    rec = {"f": 0.5, "i": 3, "b": True, "s": "a", "n": 2}
+    assert _clean_row(FLAT._row, rec) == {k: [v] for k, v in rec.items()}
+    for bad in ({**rec, "f": 1.5}, {**rec, "s": "c"}, {**rec, "n": None}, {**rec, "b": 1},
+                {**rec, "extra": 1}, {k: v for k, v in rec.items() if k != "i"}):
+        assert _clean_row(FLAT._row, bad) is None

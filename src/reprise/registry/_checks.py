@@ -89,6 +89,45 @@ class _Plan:
         return n
 
 
+_RowPlan = tuple[tuple[str, int, Any, Any, "frozenset[Any] | None"], ...]
+
+
+def _row_plan(plans: tuple[_Plan, ...]) -> _RowPlan:
+    """What :func:`_clean_row` needs of each field, flattened once per signature."""
+    return tuple((p.field.name, p.kind, p.lo, p.hi, p.cats) for p in plans)
+
+
+def _clean_row(plan: _RowPlan, record: Mapping[Any, Any]) -> dict[str, list[Any]] | None:
+    """The clean columns of one record (the common single-row request) in one loop, when
+    its keys are exactly the inputs and every value is of its field's exact type and
+    within its range or categories (what :meth:`_Plan.scan` passes with no error and no
+    flag); None for anything else, which the general path then checks and reports."""
+    if len(record) != len(plan):
+        return None
+    clean: dict[str, list[Any]] = {}
+    for name, kind, lo, hi, cats in plan:
+        v = record.get(name, _ABSENT)
+        t = type(v)
+        if kind == _FLOAT:
+            if t is not float and (t is not int or not -_F64 < v < _F64):
+                return None
+        elif kind == _INT:
+            if t is not int or not -_I64 <= v < _I64:
+                return None
+        elif kind == _STRING:
+            if t is not str:
+                return None
+        elif kind != _BOOL or t is not bool:
+            return None
+        if cats is not None:
+            if v not in cats:
+                return None
+        elif lo is not None and (v < lo or v > hi):  # NaN compares false, as in _outside
+            return None
+        clean[name] = [v]
+    return clean
+
+
 def _check_lengths(columns: Mapping[str, Any], errors: list[FieldError]) -> int:
     try:
         lengths = {len(v) for v in columns.values()}

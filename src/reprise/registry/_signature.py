@@ -35,9 +35,11 @@ from reprise.registry._checks import (
     _as_sequence,
     _check_array,
     _check_lengths,
+    _clean_row,
     _kind,
     _Plan,
     _range_text,
+    _row_plan,
     _to_array,
 )
 from reprise.registry._fields import Field, FieldError, Validated
@@ -76,6 +78,7 @@ class Signature:
             raise UserError(f"a signature needs distinct input names; got {names}")
         self._by_name = {f.name: f for f in self.inputs}
         self._plans = tuple(_Plan(f) for f in self.inputs)
+        self._row = _row_plan(self._plans)
 
     @property
     def names(self) -> list[str]:
@@ -128,6 +131,9 @@ class Signature:
             return Validated({}, 0, [FieldError("$", "type", "a list of objects (records)",
                                                 _kind(records))])
         if len(records) == 1:
+            clean = _clean_row(self._row, records[0])
+            if clean is not None:  # the common case: nothing to report
+                return Validated(clean, 1)
             return self.check_columns({k: [v] for k, v in records[0].items()})
         # one column per *input*, never per key sent: distinct keys in many records must
         # not make a column each as long as the record list (time and memory quadratic)
