@@ -29,6 +29,7 @@ from reprise.store import (
     open_artifact_store,
     validate_artifact_name,
 )
+from tests._fsync import count_fsyncs
 
 ABSENT = "0" * 64
 
@@ -104,14 +105,7 @@ class TestArtifactStoreConformance:
             self, store: BaseArtifactStore, tmp_path: Path,
             monkeypatch: pytest.MonkeyPatch) -> None:
         h, _ = store.put_bytes(b"copy me")
-        synced: list[int] = []
-        real_fsync = os.fsync
-
-        def fsync(fd: int) -> None:
-            synced.append(fd)
-            real_fsync(fd)
-
-        monkeypatch.setattr(os, "fsync", fsync)
+        synced = count_fsyncs(monkeypatch)
         out = store.copy_to(h, tmp_path / "a.bin", verify=True, durable=False)
         assert out.read_bytes() == b"copy me" and synced == []
         assert store.copy_to(h, tmp_path / "b.bin", verify=True).read_bytes() == b"copy me"

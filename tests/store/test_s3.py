@@ -25,6 +25,7 @@ from reprise.core.errors import (
 )
 from reprise.store._artifacts import open_artifact_store
 from reprise.store._s3 import S3ArtifactStore
+from tests._fsync import count_fsyncs
 from tests._s3 import FAKE_CREDENTIALS, FaultProxy, fail_first
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,20 +174,13 @@ def test_a_small_put_and_a_get_are_one_request_each_and_a_get_one_fsync(
     data = os.urandom(200_000)
     src = tmp_path / "src.bin"
     src.write_bytes(data)
-    synced: list[int] = []
-    real_fsync = os.fsync
-
-    def fsync(fd: int) -> None:
-        synced.append(fd)
-        real_fsync(fd)
-
     with FaultProxy(s3_bucket.server.endpoint) as proxy:  # type: ignore[attr-defined]
         monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
         h, _ = _store(s3_bucket, cache_size=0).put_file(src)
         assert [(m, s) for m, _, s in proxy.seen] == [("PUT", 200)]  # conditional: no HEAD
         del proxy.seen[:]
         store = _store(s3_bucket)
-        monkeypatch.setattr(os, "fsync", fsync)
+        synced = count_fsyncs(monkeypatch)
         assert store.copy_to(h, tmp_path / "a.bin", verify=True).read_bytes() == data
         assert [m for m, _, _ in proxy.seen] == ["GET"] and len(synced) == 1  # no HEAD
         assert store.cache is not None and store.cache.lookup(h) is not None  # filled too
@@ -459,18 +453,6 @@ def test_the_s3_store_is_public_api_as_the_other_artifact_stores() -> None:
     assert reprise.store.S3ArtifactStore is S3ArtifactStore
 
 
-def _counting_fsync(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    synced: list[int] = []
-    real_fsync = os.fsync
-
-    def fsync(fd: int) -> None:
-        synced.append(fd)
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    return synced
-
-
 def test_a_throwaway_get_is_one_get_and_no_fsync_and_a_durable_one_still_fsyncs(
         s3_bucket: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = os.urandom(200_000)
@@ -479,7 +461,7 @@ def test_a_throwaway_get_is_one_get_and_no_fsync_and_a_durable_one_still_fsyncs(
         monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
         store = _store(s3_bucket)
         assert store.cache is not None
-        synced = _counting_fsync(monkeypatch)
+        synced = count_fsyncs(monkeypatch)
         out = store.copy_to(h, tmp_path / "a.bin", verify=True, durable=False)
         assert out.read_bytes() == data and synced == []
         assert [m for m, _, _ in proxy.seen] == ["GET"]
@@ -505,7 +487,7 @@ def test_a_load_links_the_read_only_cached_copy_and_cannot_change_it(
         monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
         store = _store(s3_bucket)
         assert store.cache is not None
-        synced = _counting_fsync(monkeypatch)
+        synced = count_fsyncs(monkeypatch)
         with _verified_file(store, h) as path:  # a miss: into the cache alone, linked
             assert path.read_bytes() == data
             entry = store.cache.path(h)
