@@ -53,7 +53,6 @@ class BlobCache:
         self.limit = int(limit)
         self._estimate = 0  # bytes in the cache as of the last listing, plus fills since
         self._listed = -float("inf")
-        self._tmp_made = False  # tmp/ made by this instance (not re-made on every fill)
 
     def path(self, h: str) -> Path:
         return self.root / h[:2] / h[2:]
@@ -72,9 +71,8 @@ class BlobCache:
 
     def temp_path(self) -> Path:
         tmp = self.root / "tmp"
-        if not self._tmp_made or not tmp.is_dir():  # a user may have emptied the cache
+        if not tmp.is_dir():  # one stat on a fill, not a failing mkdir and a stat
             tmp.mkdir(parents=True, exist_ok=True)
-            self._tmp_made = True
         return tmp / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
 
     def fill(self, h: str, download: Callable[[Path], tuple[int, str] | None]
