@@ -221,7 +221,8 @@ def _label(model: Echo, label: str, **kw: Any) -> Batcher:
 def test_a_cheap_rider_waiting_for_a_busy_host_runs_in_the_hosts_thread_after_it() -> None:
     """A canary's candidate carried by the stable version's batcher: what it queues while
     the host is busy goes with the host's next batch, in the host's thread, after the
-    host's call; every caller still gets exactly its rows."""
+    host's call, and both calls' answers reach the loop at once; every caller still gets
+    exactly its rows."""
     async def main() -> None:
         order: list[str] = []
 
@@ -246,7 +247,22 @@ def test_a_cheap_rider_waiting_for_a_busy_host_runs_in_the_hosts_thread_after_it
         await asyncio.sleep(0.002)
         behind = host.submit({"v": [2]}, 1)  # ...while these queue
         riding = [rider.submit({"v": [10 + i]}, 1) for i in range(3)]
+        # the host's second batch and the rider's batch come back in one hand-over: their
+        # futures are done in the same turn of the loop (one callback finishes both)
+        handed: list[tuple[str, int]] = []
+        turn = 0
+
+        async def count_turns() -> None:
+            nonlocal turn
+            while not all(f.done() for f in (behind, *riding)):
+                turn += 1
+                await asyncio.sleep(0)
+
+        for name, fut in (("host", behind), *(("rider", f) for f in riding)):
+            fut.add_done_callback(lambda _f, name=name: handed.append((name, turn)))
+        await count_turns()
         got = await asyncio.gather(first, behind, *riding)
+        assert {t for _, t in handed} == {handed[0][1]}, handed
         assert [r.outputs["out"] for r in got] == [[11], [21], [101], [111], [121]]
         assert order == ["stable", "stable", "cand"]  # one call of the rider's three
         assert cand.batches[-1] == 3

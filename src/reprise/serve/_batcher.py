@@ -23,11 +23,14 @@ Policy:
 * A *rider* (:meth:`Batcher.carry`: a canary's candidate, carried by the stable version's
   batcher) whose requests arrive while its host is busy or gathering does not wake its
   own thread: the host's next batch takes the rider's queue too, and the host's thread
-  runs the rider's call right after its own (the host's answers are handed back first),
-  so the two versions' calls share one wake-up of one thread and one hand-over of the
-  interpreter. The rider's requests wait as long as the host's arriving at the same time
-  do. Only while the rider's calls are about as cheap as the host's (moving averages):
-  a slower rider runs in its own thread, as an idle host's rider does at once.
+  runs the rider's call right after its own and hands both calls' answers back to the
+  event loop at once: the two versions' calls share one wake-up of the worker thread
+  and one of the event loop (bench_rollout: the loop's wake-ups per answer of a 10 %
+  canary fell from twice a plain server's to about the same). The host's answers wait
+  for the rider's call (on average at most ``_RIDE_MAX_S``, below). The rider's requests wait as
+  long as the host's arriving at the same time do. Only while the rider's calls are
+  about as cheap as the host's (moving averages): a slower rider runs in its own
+  thread, as an idle host's rider does at once.
 """
 
 from __future__ import annotations
@@ -96,6 +99,10 @@ class _Item:
     columns: dict[str, Any]
     rows: int
     future: asyncio.Future[Result]
+
+
+# what a predict call hands back to the loop: the batch, its results, seconds, CPU seconds
+_Done = tuple[list[_Item], list["Result | PredictFailed"], float, float]
 
 
 def _no_batch(rows: int, seconds: float) -> None:
@@ -350,11 +357,24 @@ class Batcher:
 
     def _run(self, batch: list[_Item],
              rider: tuple[Batcher, list[_Item]] | None = None) -> None:
-        self._run_own(batch)
-        if rider is not None:  # after this batch's answers went back to the loop
-            rider[0]._run_own(rider[1])
+        done = self._run_own(batch)
+        if rider is not None:  # both answers go back to the loop in one hand-over
+            carried, rider_done = rider[0], rider[0]._run_own(rider[1])
+            self._post(self._finish_with, done, carried, rider_done)
+        else:
+            self._post(self._finish, *done)
 
-    def _run_own(self, batch: list[_Item]) -> None:
+    def _finish_with(self, done: _Done, rider: Batcher, rider_done: _Done) -> None:
+        self._finish(*done)
+        rider._finish(*rider_done)
+
+    def _post(self, callback: Callable[..., None], *args: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the loop is closed: the server is gone, nobody waits
+            pass
+
+    def _run_own(self, batch: list[_Item]) -> _Done:
         start, cpu = time.perf_counter(), time.thread_time()
         results: list[Result | PredictFailed]
         try:
@@ -362,12 +382,7 @@ class Batcher:
         except Exception as exc:
             results = ([self._predict_alone(item) for item in batch] if len(batch) > 1
                        else [self._failed(exc)])
-        seconds = time.perf_counter() - start
-        try:
-            self._loop.call_soon_threadsafe(self._finish, batch, results, seconds,
-                                            time.thread_time() - cpu)
-        except RuntimeError:  # the loop is closed: the server is gone, nobody waits
-            pass
+        return batch, results, time.perf_counter() - start, time.thread_time() - cpu
 
     def _predict_alone(self, item: _Item) -> Result | PredictFailed:
         try:
