@@ -24,8 +24,9 @@ import struct
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from hashlib import blake2b
+from operator import itemgetter
 from typing import Any
 
 __all__ = ["InputDtypes", "ResponseCache", "input_dtypes", "row_keys"]
@@ -83,10 +84,14 @@ class InputDtypes(dict[str, str]):
 class _Layout:
     """How rows of one set of column names become digest inputs (see :func:`row_keys`)."""
 
-    __slots__ = ("cols", "fast", "head", "names", "packer", "prefix")
+    __slots__ = ("cols", "fast", "head", "names", "packer", "prefix", "take")
 
     def __init__(self, names: Sequence[str], dtypes: Mapping[str, str]) -> None:
         self.names = sorted(names)
+        # the columns in this order, in one C call (a list comprehension costs twice as much)
+        take = itemgetter(*self.names)
+        self.take: Callable[[Mapping[str, Any]], Sequence[Any]] = take if len(
+            self.names) > 1 else (lambda columns: (take(columns),))
         self.head = repr(self.names).encode("utf-8", "surrogatepass")
         self.cols = [_NATIVE.get(dtypes.get(n, "")) for n in self.names]
         self.fast = all(native is _FLOAT for native in self.cols)  # all float fields
@@ -125,9 +130,9 @@ def row_keys(columns: dict[str, Any], rows: int,
                 layouts[names] = layout
     else:
         layout = _Layout(list(columns), dtypes)
-    cols = [columns[n] for n in layout.names]
-    pairs = list(zip(cols, layout.cols, strict=True))
+    cols = layout.take(columns)
     if not layout.fast:
+        pairs = list(zip(cols, layout.cols, strict=True))
         return [_row_key(layout.head, pairs, i) for i in range(rows)]
     prefix, pack = layout.prefix, layout.packer.pack  # all float fields: packed at once
     keys = []
@@ -136,7 +141,7 @@ def row_keys(columns: dict[str, Any], rows: int,
         if set(map(type, values)) <= _NUMBERS:
             keys.append(blake2b(prefix + pack(*values), digest_size=16).digest())
         else:
-            keys.append(_row_key(layout.head, pairs, i))
+            keys.append(_row_key(layout.head, list(zip(cols, layout.cols, strict=True)), i))
     return keys
 
 
