@@ -478,3 +478,24 @@ def test_remembered_layouts_give_the_keys_of_the_plain_path() -> None:
     for i in range(2 * _MAX_LAYOUTS):  # many sets of names: a bounded memory
         row_keys({f"c{i}": [1.0]}, 1, floats)
     assert len(floats.layouts) <= _MAX_LAYOUTS
+
+
+def test_entries_are_not_walked_by_the_garbage_collector() -> None:
+    """A full cache holds hundreds of thousands of rows: stored as tuples of atoms, they
+    leave the collector's lists after one collection (as lists, each full collection of a
+    64 MB cache walked ~370,000 objects), and a hit still answers with lists."""
+    cache = ResponseCache(10**7)
+    for i in range(200):
+        cache.put("m", 1, [i.to_bytes(16, "big")],
+                  {"label": [f"c{i % 3}"], "proba": [[0.25, 0.75]],
+                   "nested": [[[1.0], [2.0]]]}, {}, {})
+    for _ in range(4):  # a collection untracks a tuple whose items are untracked by then:
+        gc.collect()  # nested tuples go one level per collection (a served cache's rows
+        # survive many)
+    entries = list(cache._table.items())
+    assert entries and not any(gc.is_tracked(key) or gc.is_tracked(entry)
+                               for key, entry in entries)
+    found, meta = cache.get("m", 1, [(7).to_bytes(16, "big")])
+    assert meta is not None and meta[0] == ("label", "proba", "nested")
+    assert found == [("c1", [0.25, 0.75], [[1.0], [2.0]])]
+    assert type(found[0][1]) is list and type(found[0][2][0]) is list

@@ -16,6 +16,11 @@ in bytes, and dropped when the versions a name answers with change.
   (hot swap), when a rollout of it starts, changes weight or phase, or ends, and a
   version's entries when it is released.
 * Thread-safe: one lock around the table; hashing runs outside it.
+* Invisible to the cyclic garbage collector: an entry is stored as tuples of atoms (a
+  row's nested lists, such as its probabilities, become tuples; a hit gets lists back),
+  which CPython stops tracking once they survive a collection. As lists, a full 64 MB
+  cache held ~370,000 tracked objects and every full collection walked them (25 ms a
+  pass: bench_cache at a 0 % repeat rate saw p99 1.5-2x and +10 % CPU per answer).
 """
 
 from __future__ import annotations
@@ -168,6 +173,23 @@ def _row_key(head: bytes, cols: list[tuple[Any, tuple[str, type] | None]], i: in
     return blake2b(data, digest_size=16).digest()
 
 
+def _frozen(value: Any) -> Any:
+    """``value`` with its lists, at any depth, as tuples (see the module's docstring)."""
+    return tuple(map(_frozen, value)) if type(value) is list else value
+
+
+def _thaw(value: Any) -> Any:
+    return list(map(_thaw, value)) if type(value) is tuple else value
+
+
+def _thawed(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A stored row with its tuples as lists again, as the model's answer had them."""
+    for v in row:
+        if type(v) is tuple:
+            return tuple(map(_thaw, row))
+    return row
+
+
 def _sizeof(value: Any) -> int:
     size = sys.getsizeof(value)
     t = type(value)
@@ -228,7 +250,7 @@ class ResponseCache:
                     found.append(None)
                 else:
                     table.move_to_end((name, version, key))
-                    found.append(entry[0])
+                    found.append(_thawed(entry[0]))
                     hits += 1
             meta = self._meta.get((name, version))
             if hits and meta is None:  # cannot be (dropped together): treat as misses
@@ -243,7 +265,7 @@ class ResponseCache:
         """Store one answer's rows (``outputs[col][i]`` is the answer to ``keys[i]``)."""
         names = tuple(outputs)
         cols = [outputs[n] for n in names]
-        rows = [tuple([c[i] for c in cols]) for i in range(len(keys))]
+        rows = [tuple([_frozen(c[i]) for c in cols]) for i in range(len(keys))]
         sizes = [_ENTRY_OVERHEAD + _sizeof(row) for row in rows]
         with self._lock:
             meta = self._meta.get((name, version))
