@@ -4,8 +4,10 @@ each against the same server without it, in one run.
 Cache: two ``reprise serve lr@production`` processes (the ``serve`` benchmark's
 scikit-learn LogisticRegression on 20 numeric features, a package as the demo's), one
 with ``--cache-mb 64`` and one without, both with ``--warmup-idle 0`` and no request log.
-The load is httpx (``AsyncClient``, 8 tasks on 8 keep-alive connections: concurrency 8)
-sending single-row JSON POSTs from a pre-built stream: at a 50 % repeat rate each
+The load is ``wrk`` (one thread, 8 keep-alive connections: concurrency 8;
+``stream_post.lua``) sending single-row JSON POSTs from a pre-built stream, in order
+(without wrk: httpx, ``AsyncClient`` with 8 tasks, whose own CPU then sets the pace, not
+the server's): at a 50 % repeat rate each
 request repeats, with probability 0.5, a row sent earlier in the stream (uniformly among
 the last 1,000) and is otherwise a fresh random row; at 0 % every row is fresh, so the
 cache only costs (hash, lookup, store). Both servers get the same stream. Per round and
@@ -29,20 +31,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from _common import WORK, finish, python
 from bench_request_log import cpu_seconds
-from bench_serve import Server, start, stop, wait_ready
+from bench_serve import Server, ensure_wrk, start, stop, wait_ready
 
 CONCURRENCY = 8
+STREAM_LUA = Path(__file__).resolve().parent / "stream_post.lua"
+WARM_BODIES = 12_000  # the warm-up second's stream (wrk sends up to ~8,000 a second here)
 RATES = (0.5, 0.0)
 GOALS = {"cache_rps_vs_none_at_50": (">=", 1.0), "overhead_at_0": ("<=", 0.03)}
 
@@ -95,17 +102,43 @@ async def _load(url: str, bodies: list[bytes], seconds: float) -> dict[str, floa
             "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000}
 
 
-def measure(server: Server, bodies: list[bytes], seconds: float, cached: bool
-            ) -> dict[str, float]:
+def _load_wrk(wrk: str, url: str, bodies: list[bytes], seconds: float, work: Path
+              ) -> dict[str, float]:
+    """The same load as :func:`_load` from ``wrk`` (one thread, ``CONCURRENCY``
+    connections, the bodies in order: ``stream_post.lua``), which leaves the server, not
+    a Python client, the bottleneck."""
+    path = work / "bodies.txt"
+    path.write_bytes(b"\n".join(bodies))
+    out = subprocess.run([wrk, "-t1", f"-c{CONCURRENCY}", f"-d{max(1, round(seconds))}s",
+                          "--timeout", "10s", "-s", str(STREAM_LUA), url],
+                         capture_output=True, text=True, check=True,
+                         env={**os.environ, "WRK_BODIES": str(path)}).stdout
+    line = next(x for x in out.splitlines() if x.startswith("WRK_JSON "))
+    s = json.loads(line.removeprefix("WRK_JSON "))
+    if s["requests"] > s["bodies"]:
+        raise RuntimeError("the request stream ran out (wrk wrapped around): make it longer")
+    return {"rps": s["requests"] / (s["duration_us"] / 1e6), "requests": s["requests"],
+            "errors": s["errors"], "p50_ms": s["p50_us"] / 1000, "p99_ms": s["p99_us"] / 1000}
+
+
+def measure(server: Server, bodies: list[bytes], seconds: float, cached: bool,
+            wrk: str | None = None, work: Path | None = None) -> dict[str, float]:
     """One window (after a one-second warm-up on rows of no other window); with the
-    cache, its hit rate over the window from /metrics."""
+    cache, its hit rate over the window from /metrics. With ``wrk`` (and a ``work``
+    folder for its body file) the load is wrk's, else httpx's."""
     url = f"http://127.0.0.1:{server.port}{server.url}"
-    asyncio.run(_load(url, bodies[-4000:], 1.0))
+
+    def load(rows: list[bytes], secs: float) -> dict[str, float]:
+        if wrk is not None and work is not None:
+            return _load_wrk(wrk, url, rows, secs, work)
+        return asyncio.run(_load(url, rows, secs))
+
+    load(bodies[-WARM_BODIES:], 1.0)
     assert server.proc is not None
     if cached:
         h0, m0 = (metric(server, f"reprise_cache_{k}_total") for k in ("hits", "misses"))
     cpu0 = cpu_seconds(server.proc.pid)
-    sample = asyncio.run(_load(url, bodies[:-4000], seconds))
+    sample = load(bodies[:-WARM_BODIES], seconds)
     cpu1 = cpu_seconds(server.proc.pid)
     if cpu0 is not None and cpu1 is not None and sample["requests"]:
         sample["cpu_us_per_request"] = (cpu1 - cpu0) / sample["requests"] * 1e6
@@ -207,12 +240,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for s in pair:
             wait_ready(s, expected)
         same_answers(plain, cached, stream(99, 30, 0.0))
-        n = int(args.seconds * 4000) + 4000  # more than either server answers in a window
+        wrk = ensure_wrk()
+        if wrk is None:
+            print("  wrk is not installed and could not be: the load is httpx's, and the "
+                  "Python client, not the server, sets the pace")
+        # more than either server answers in a window (wrk: ~8,000 a second here)
+        n = int(args.seconds * (16_000 if wrk else 4000)) + WARM_BODIES
         for r in range(args.repeats):
             for rate in RATES:
                 bodies = stream(1000 * r + int(rate * 100), n, rate)
                 for s in pair[r % 2:] + pair[:r % 2]:
-                    sample = measure(s, bodies, args.seconds, s is cached)
+                    sample = measure(s, bodies, args.seconds, s is cached, wrk, work)
                     if s is cached:
                         hit_rates.setdefault(f"{rate:.0%}", []).append(sample["hit_rate"])
                     samples.setdefault(f"{s.name}@{rate:.0%}", []).append(sample)
@@ -275,9 +313,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               "repeats": args.repeats, "seconds": args.seconds, "idle_s": args.idle,
               "idle_repeats": args.idle_repeats, "samples": samples,
               "idle_samples_ms": idle,
-              "load": f"httpx AsyncClient, {CONCURRENCY} tasks on {CONCURRENCY} keep-alive "
-                      "connections, single-row JSON POSTs, 127.0.0.1, one server process "
-                      "each, client and server on the same cores",
+              "load": (f"wrk -t1 -c{CONCURRENCY} (stream_post.lua: the stream's bodies in "
+                       "order)" if wrk else f"httpx AsyncClient, {CONCURRENCY} tasks on "
+                       f"{CONCURRENCY} keep-alive connections") + ", single-row JSON POSTs, "
+                      "127.0.0.1, one server process each, client and server on the same "
+                      "cores",
               "baseline": "the same server without --cache-mb (and with --warmup-idle 0), "
                           "in the same run"}
     return finish("cache", result, quick=args.quick, fmt=lambda k, v: f"{v:>14,.3f}")
