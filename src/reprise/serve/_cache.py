@@ -42,6 +42,10 @@ __all__ = ["InputDtypes", "ResponseCache", "input_dtypes", "row_keys"]
 _ENTRY_OVERHEAD = 360
 _Key = tuple[str, int, bytes]
 _Entry = tuple[tuple[Any, ...], int]  # (one row of each output column, its bytes)
+# a version's output description: output names, kinds, row shapes
+_Meta = tuple[tuple[str, ...], dict[str, str], dict[str, tuple[int, ...]]]
+_WHAT = ("hit", "miss", "evict", "drop")  # what the counters of a version count, in order
+_HIT, _MISS, _EVICT, _DROP = range(4)
 
 
 # a scalar field's dtype -> (the numpy dtype the model gets it as, the Python type alike)
@@ -215,17 +219,20 @@ class ResponseCache:
         # (name, version) -> (output names, kinds, row shapes) of its last answer
         self._meta: dict[tuple[str, int], tuple[tuple[str, ...], dict[str, str],
                                                 dict[str, tuple[int, ...]]]] = {}
-        # (what, name, version) -> count; plain ints under the lock, read at scrape time
-        # (a prometheus_client child's lock per increment costs more than the lookup)
-        self._counts: dict[tuple[str, str, int], int] = {}
+        # (name, version) -> [hits, misses, evictions, drops]; plain ints under the lock,
+        # read at scrape time (a prometheus_client child's lock per increment costs more
+        # than the lookup)
+        self._counts: dict[tuple[str, int], list[int]] = {}
         if registry is not None:
             registry.register(_Collector(self))
 
-    def _count(self, what: str, name: str, version: int, n: int = 1) -> None:
-        """Count ``n`` (call with the lock held)."""
+    def _count(self, what: int, name: str, version: int, n: int = 1) -> None:
+        """Count ``n`` of ``what`` (an index of ``_WHAT``; call with the lock held)."""
         if n:
-            key = (what, name, version)
-            self._counts[key] = self._counts.get(key, 0) + n
+            counts = self._counts.get((name, version))
+            if counts is None:
+                counts = self._counts[(name, version)] = [0, 0, 0, 0]
+            counts[what] += n
 
     @property
     def size(self) -> int:
@@ -240,6 +247,8 @@ class ResponseCache:
                                                              dict[str, tuple[int, ...]]] | None]:
         """Each key's output row (``None``: a miss; hits become most recently used) and the
         version's output description (names, kinds, row shapes)."""
+        if len(keys) == 1:  # the usual request: one row
+            return self._get_one(name, version, keys[0])
         found: list[tuple[Any, ...] | None] = []
         hits = 0
         with self._lock:
@@ -255,9 +264,21 @@ class ResponseCache:
             meta = self._meta.get((name, version))
             if hits and meta is None:  # cannot be (dropped together): treat as misses
                 found, hits = [None] * len(keys), 0
-            self._count("hit", name, version, hits)
-            self._count("miss", name, version, len(keys) - hits)
+            self._count(_HIT, name, version, hits)
+            self._count(_MISS, name, version, len(keys) - hits)
         return found, meta
+
+    def _get_one(self, name: str, version: int, key: bytes
+                 ) -> tuple[list[tuple[Any, ...] | None], _Meta | None]:
+        full = (name, version, key)
+        with self._lock:
+            entry = self._table.get(full)
+            meta = self._meta.get((name, version))
+            hit = entry is not None and meta is not None
+            if hit:
+                self._table.move_to_end(full)
+            self._count(_HIT if hit else _MISS, name, version)
+        return [_thawed(entry[0]) if hit and entry is not None else None], meta
 
     def put(self, name: str, version: int, keys: Sequence[bytes],
             outputs: dict[str, list[Any]], kinds: dict[str, str],
@@ -285,7 +306,7 @@ class ResponseCache:
                 while self._bytes + size > self.max_bytes:  # room first: never over
                     (ename, eversion, _), (_, esize) = table.popitem(last=False)
                     self._bytes -= esize
-                    self._count("evict", ename, eversion)
+                    self._count(_EVICT, ename, eversion)
                 table[full] = (row, size)
                 self._bytes += size
 
@@ -305,7 +326,7 @@ class ResponseCache:
                         if k[0] == name and (version is None or k[1] == version)]:
                 del self._meta[key]
             for (dname, dversion), n in dropped.items():
-                self._count("drop", dname, dversion, n)
+                self._count(_DROP, dname, dversion, n)
         return sum(dropped.values())
 
 
@@ -331,11 +352,14 @@ class _Collector:
 
         cache = self.cache
         with cache._lock:
-            counts, size, entries = dict(cache._counts), cache._bytes, len(cache._table)
+            counts = {k: list(v) for k, v in cache._counts.items()}
+            size, entries = cache._bytes, len(cache._table)
         families = {what: CounterMetricFamily(name, text, labels=["model", "version"])
                     for what, (name, text) in _FAMILIES.items()}
-        for (what, name, version), n in sorted(counts.items()):
-            families[what].add_metric([name, str(version)], n)
+        for (name, version), ns in sorted(counts.items()):
+            for what, n in zip(_WHAT, ns, strict=True):
+                if n:
+                    families[what].add_metric([name, str(version)], n)
         yield from families.values()
         yield GaugeMetricFamily("reprise_cache_bytes", "Bytes the response cache holds "
                                 "(counted as its bound counts them).", value=size)
