@@ -365,8 +365,10 @@ class Batcher:
             self._post(self._finish, *done)
 
     def _finish_with(self, done: _Done, rider: Batcher, rider_done: _Done) -> None:
-        self._finish(*done)
-        rider._finish(*rider_done)
+        try:
+            self._finish(*done)
+        finally:  # the rider's callers get their answers whatever happened to the host's
+            rider._finish(*rider_done)
 
     def _post(self, callback: Callable[..., None], *args: Any) -> None:
         try:
