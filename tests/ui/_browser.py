@@ -105,8 +105,16 @@ class Browser:
         self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
         self.page.on("response", lambda r: r.status >= 400 and self.errors.append(
             f"HTTP {r.status}: {r.url}"))
-        self.page.on("requestfailed", lambda r: self.errors.append(
-            f"request failed: {r.url} ({r.failure})"))
+        self.page.on("requestfailed", self._request_failed)
+
+    def _request_failed(self, request: Any) -> None:
+        failure = request.failure or ""
+        # net::ERR_ABORTED is Chromium cancelling a request itself: the page navigated away
+        # while it was in flight (a click to another page before its charts' data came),
+        # or its script aborted it. A server that fails shows as an HTTP status (above) or
+        # as a connection error (ERR_CONNECTION_RESET, ERR_EMPTY_RESPONSE...), still errors.
+        if "ERR_ABORTED" not in failure:
+            self.errors.append(f"request failed: {request.url} ({failure})")
 
     def goto(self, path: str) -> Any:
         """Open ``path`` and wait until the page has drawn (its main area holds more than
