@@ -217,8 +217,7 @@ class ResponseCache:
         self._table: OrderedDict[_Key, _Entry] = OrderedDict()
         self._bytes = 0
         # (name, version) -> (output names, kinds, row shapes) of its last answer
-        self._meta: dict[tuple[str, int], tuple[tuple[str, ...], dict[str, str],
-                                                dict[str, tuple[int, ...]]]] = {}
+        self._meta: dict[tuple[str, int], _Meta] = {}
         # (name, version) -> [hits, misses, evictions, drops]; plain ints under the lock,
         # read at scrape time (a prometheus_client child's lock per increment costs more
         # than the lookup)
@@ -243,12 +242,9 @@ class ResponseCache:
         return len(self._table)
 
     def get(self, name: str, version: int, keys: Sequence[bytes]
-            ) -> tuple[list[tuple[Any, ...] | None], tuple[tuple[str, ...], dict[str, str],
-                                                             dict[str, tuple[int, ...]]] | None]:
+            ) -> tuple[list[tuple[Any, ...] | None], _Meta | None]:
         """Each key's output row (``None``: a miss; hits become most recently used) and the
         version's output description (names, kinds, row shapes)."""
-        if len(keys) == 1:  # the usual request: one row
-            return self._get_one(name, version, keys[0])
         found: list[tuple[Any, ...] | None] = []
         hits = 0
         with self._lock:
@@ -267,18 +263,6 @@ class ResponseCache:
             self._count(_HIT, name, version, hits)
             self._count(_MISS, name, version, len(keys) - hits)
         return found, meta
-
-    def _get_one(self, name: str, version: int, key: bytes
-                 ) -> tuple[list[tuple[Any, ...] | None], _Meta | None]:
-        full = (name, version, key)
-        with self._lock:
-            entry = self._table.get(full)
-            meta = self._meta.get((name, version))
-            hit = entry is not None and meta is not None
-            if hit:
-                self._table.move_to_end(full)
-            self._count(_HIT if hit else _MISS, name, version)
-        return [_thawed(entry[0]) if hit and entry is not None else None], meta
 
     def put(self, name: str, version: int, keys: Sequence[bytes],
             outputs: dict[str, list[Any]], kinds: dict[str, str],
