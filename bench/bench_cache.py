@@ -31,11 +31,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,10 +43,9 @@ import httpx
 
 from _common import WORK, finish, python
 from bench_request_log import cpu_seconds
-from bench_serve import Server, ensure_wrk, start, stop, wait_ready
+from bench_serve import Server, ensure_wrk, run_wrk, start, stop, wait_ready
 
 CONCURRENCY = 8
-STREAM_LUA = Path(__file__).resolve().parent / "stream_post.lua"
 WARM_BODIES = 12_000  # the warm-up second's stream (wrk sends up to ~8,000 a second here)
 RATES = (0.5, 0.0)
 GOALS = {"cache_rps_vs_none_at_50": (">=", 1.0), "overhead_at_0": ("<=", 0.03)}
@@ -102,25 +99,6 @@ async def _load(url: str, bodies: list[bytes], seconds: float) -> dict[str, floa
             "p99_ms": latencies[int(len(latencies) * 0.99)] * 1000}
 
 
-def _load_wrk(wrk: str, url: str, bodies: list[bytes], seconds: float, work: Path
-              ) -> dict[str, float]:
-    """The same load as :func:`_load` from ``wrk`` (one thread, ``CONCURRENCY``
-    connections, the bodies in order: ``stream_post.lua``), which leaves the server, not
-    a Python client, the bottleneck."""
-    path = work / "bodies.txt"
-    path.write_bytes(b"\n".join(bodies))
-    out = subprocess.run([wrk, "-t1", f"-c{CONCURRENCY}", f"-d{max(1, round(seconds))}s",
-                          "--timeout", "10s", "-s", str(STREAM_LUA), url],
-                         capture_output=True, text=True, check=True,
-                         env={**os.environ, "WRK_BODIES": str(path)}).stdout
-    line = next(x for x in out.splitlines() if x.startswith("WRK_JSON "))
-    s = json.loads(line.removeprefix("WRK_JSON "))
-    if s["requests"] > s["bodies"]:
-        raise RuntimeError("the request stream ran out (wrk wrapped around): make it longer")
-    return {"rps": s["requests"] / (s["duration_us"] / 1e6), "requests": s["requests"],
-            "errors": s["errors"], "p50_ms": s["p50_us"] / 1000, "p99_ms": s["p99_us"] / 1000}
-
-
 def measure(server: Server, bodies: list[bytes], seconds: float, cached: bool,
             wrk: str | None = None, work: Path | None = None) -> dict[str, float]:
     """One window (after a one-second warm-up on rows of no other window); with the
@@ -129,8 +107,10 @@ def measure(server: Server, bodies: list[bytes], seconds: float, cached: bool,
     url = f"http://127.0.0.1:{server.port}{server.url}"
 
     def load(rows: list[bytes], secs: float) -> dict[str, float]:
-        if wrk is not None and work is not None:
-            return _load_wrk(wrk, url, rows, secs, work)
+        if wrk is not None and work is not None:  # wrk: the server sets the pace
+            path = work / "bodies.txt"
+            path.write_bytes(b"\n".join(rows))
+            return run_wrk(wrk, server, path, CONCURRENCY, max(1, round(secs)), stream=True)
         return asyncio.run(_load(url, rows, secs))
 
     load(bodies[-WARM_BODIES:], 1.0)

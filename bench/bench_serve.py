@@ -37,6 +37,7 @@ from _common import WORK, finish, python
 
 HERE = Path(__file__).resolve().parent
 LUA = HERE / "serve_post.lua"
+STREAM_LUA = HERE / "stream_post.lua"  # bench_cache.py: a stream of bodies, in order
 CONCURRENCY = (1, 32)
 GOALS = {  # from the issue: measured and reported, never asserted
     "reprise_c32_rps_vs_plain": (">=", 1.0),
@@ -169,16 +170,22 @@ def stop(server: Server) -> None:
 
 
 def run_wrk(wrk: str, server: Server, body_file: Path, connections: int,
-            seconds: int) -> dict[str, float]:
+            seconds: int, *, stream: bool = False) -> dict[str, float]:
+    """``wrk -t1`` POSTing ``body_file`` for ``seconds``; with ``stream``, the file holds
+    one body per line, sent in order (``stream_post.lua``), and a window that would wrap
+    around to its first body is refused."""
     url = f"http://127.0.0.1:{server.port}{server.url}"
+    script, var = (STREAM_LUA, "WRK_BODIES") if stream else (LUA, "WRK_BODY_FILE")
     out = subprocess.run([wrk, "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s",
-                          "-s", str(LUA), url], capture_output=True, text=True, check=True,
-                         env={**os.environ, "WRK_BODY_FILE": str(body_file)}).stdout
+                          "-s", str(script), url], capture_output=True, text=True, check=True,
+                         env={**os.environ, var: str(body_file)}).stdout
     line = next(x for x in out.splitlines() if x.startswith("WRK_JSON "))
     s = json.loads(line.removeprefix("WRK_JSON "))
+    if stream and s["requests"] > s["bodies"]:
+        raise RuntimeError("the request stream ran out (wrk wrapped around): make it longer")
     errors = s["connect"] + s["read"] + s["write"] + s["status"] + s["timeout"]
     return {"rps": s["requests"] / (s["duration_us"] / 1e6), "p50_ms": s["p50_us"] / 1000,
-            "p99_ms": s["p99_us"] / 1000, "errors": errors}
+            "p99_ms": s["p99_us"] / 1000, "errors": errors, "requests": s["requests"]}
 
 
 def measure(wrk: str, servers: list[Server], work: Path, repeats: int,

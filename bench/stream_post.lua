@@ -13,11 +13,12 @@ request = function()
   return wrk.format(nil, nil, nil, bodies[i])
 end
 
-function done(summary, latency, requests)
+function done(summary, latency, requests)  -- serve_post.lua's line, and the bodies
   local e = summary.errors
   io.write(string.format(
     'WRK_JSON {"requests": %d, "duration_us": %d, "p50_us": %d, "p99_us": %d, ' ..
-    '"errors": %d, "bodies": %d}\n', summary.requests, summary.duration,
-    latency:percentile(50), latency:percentile(99),
-    e.connect + e.read + e.write + e.status + e.timeout, #bodies))
+    '"mean_us": %.1f, "connect": %d, "read": %d, "write": %d, "status": %d, ' ..
+    '"timeout": %d, "bodies": %d}\n', summary.requests, summary.duration,
+    latency:percentile(50), latency:percentile(99), latency.mean, e.connect, e.read,
+    e.write, e.status, e.timeout, #bodies))
 end
