@@ -187,7 +187,12 @@ def test_an_all_one_class_candidate_is_rolled_back_on_prediction_shift(
 def test_a_healthy_candidate_is_promoted_step_by_step_without_a_failed_request(
         clean: Deploy) -> None:
     stable = clean.stable()
-    rec, final, applied, answers = _canary(clean, HEALTHY)
+    # a healthy candidate is the same model: its latency is checked (at 4x rather than 2x)
+    # but a 2 s window's p99 on a 2-core machine running the suite in parallel can spike
+    # past 2x on one preemption (seen once: 45 against 16 ms); the latency rollback has
+    # its own test (a 10x slower candidate)
+    policy = {**POLICY, "latency": {"p99_ratio_max": 4}}
+    rec, final, applied, answers = _canary(clean, HEALTHY, policy=policy)
     assert final.state == "promoted", (final.state, final.reason)
     assert clean.stable() == HEALTHY
     assert [a for a in answers if a.status != 200] == []
