@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import random
+import struct
 import threading
 import tracemalloc
 from collections.abc import Iterator
@@ -24,12 +25,21 @@ import reprise
 from reprise.core.errors import ConfigError
 from reprise.registry import RegistrySource, promote, register_package
 from reprise.serve import Settings, abort_rollout, start_rollout
-from reprise.serve._cache import _MAX_LAYOUTS, InputDtypes, ResponseCache, input_dtypes, row_keys
+from reprise.serve._cache import (
+    _MAX_LAYOUTS,
+    InputDtypes,
+    ResponseCache,
+    _Collector,
+    _Doorkeeper,
+    input_dtypes,
+    row_keys,
+)
 from tests.registry.test_registry import pkg
 from tests.serve.fakes import SIGNATURE, FakeSource, run, score, serving, wait_until
 
 DTYPES = input_dtypes(SIGNATURE)
-CACHED = Settings(poll_interval=0.01, cache_mb=1, warmup_idle=0)
+# these tests look at the table: every miss stored (the default stores on a second miss)
+CACHED = Settings(poll_interval=0.01, cache_mb=1, cache_admit="first", warmup_idle=0)
 
 
 def _put(cache: ResponseCache, name: str, version: int, key: bytes, value: float) -> None:
@@ -65,17 +75,63 @@ def test_least_recently_used_goes_first() -> None:
     assert len(cache) == 3 and cache.size == 3 * one
 
 
-@settings(max_examples=60, deadline=None)
-@given(bound=st.integers(1, 5000),
+@settings(max_examples=80, deadline=None)
+@given(bound=st.integers(1, 20_000), door=st.booleans(),
        ops=st.lists(st.tuples(st.integers(0, 30), st.integers(0, 200)), max_size=80))
-def test_the_bound_in_bytes_holds_after_every_store(bound: int,
+def test_the_bound_in_bytes_holds_after_every_store(bound: int, door: bool,
                                                     ops: list[tuple[int, int]]) -> None:
-    cache = ResponseCache(bound)
+    cache = ResponseCache(bound, doorkeeper=door)
+    held = cache.size  # the doorkeeper's bytes (none under 4 KiB), counted from the start
+    assert held == (1 << (bound // 64).bit_length() - 1 if door and bound >= 4096 else 0)
     for key, length in ops:
         cache.put("m", 1, [b"%d" % key], {"label": ["x" * length]}, {}, {})
         assert cache.size <= bound
-        assert cache.size == sum(size for _, size in cache._table.values())
-        assert len(cache) == 0 or cache.size > 0
+        assert cache.size == held + sum(size for _, size in cache._table.values())
+        assert len(cache) == 0 or cache.size > held
+
+
+def test_the_doorkeeper_stores_a_row_when_it_misses_a_second_time() -> None:
+    cache = ResponseCache(1 << 20, doorkeeper=True)
+    assert cache.size == (1 << 20) // 64  # its bit array, within the bound
+    _put(cache, "m", 1, b"k", 1.0)
+    assert len(cache) == 0 and _get(cache, "m", 1, b"k") is None
+    _put(cache, "m", 1, b"k", 1.0)  # the second miss: stored
+    assert _get(cache, "m", 1, b"k") == 1.0
+    # a batch: only its rows seen before are stored
+    cache.put("m", 1, [b"a", b"b"], {"score": [2.0, 3.0], "label": ["y", "z"]},
+              {"score": "f8"}, {})
+    cache.put("m", 1, [b"a", b"c"], {"score": [2.0, 4.0], "label": ["y", "w"]},
+              {"score": "f8"}, {})
+    assert [_get(cache, "m", 1, k) for k in (b"a", b"b", b"c")] == [2.0, None, None]
+    # hits, misses, evictions, invalidations, first misses not stored
+    assert cache._counts[("m", 1)] == [2, 3, 0, 0, 4]
+    text = generate_latest_of(cache)
+    assert _metric(text, "reprise_cache_unadmitted_total", model="m", version="1") == 4
+    assert _metric(text, "reprise_cache_bytes") == cache.size
+    # a bound under 4 KiB has no doorkeeper: every miss is stored
+    small = ResponseCache(4000, doorkeeper=True)
+    _put(small, "m", 1, b"k", 1.0)
+    assert _get(small, "m", 1, b"k") == 1.0
+
+
+def test_the_doorkeeper_forgets_after_an_eighth_of_its_slots() -> None:
+    door = _Doorkeeper(64)  # cleared after 8 marks
+    assert not door.seen(b"first") and door.seen(b"first")
+    fresh = iter(range(1000))
+    while door.marked:  # new rows until the clearing
+        door.seen(b"%d" % next(fresh))
+    assert next(fresh) <= 8 + 7  # 7 more marks (and a few false positives at most)
+    assert not any(door.bits) and not door.seen(b"first")  # forgotten, and marked again
+    big = _Doorkeeper(1 << 16)  # 2 bits of 65,536 per row: few false positives
+    assert sum(big.seen(b"%d" % i) for i in range(1000)) <= 10
+
+
+def generate_latest_of(cache: ResponseCache) -> str:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry()
+    registry.register(_Collector(cache))
+    return generate_latest(registry).decode()
 
 
 def test_an_entry_larger_than_the_bound_is_not_stored() -> None:
@@ -154,6 +210,32 @@ def test_keys_are_canonical_for_the_signature() -> None:
     assert row_keys({"a": ["b"], "c": ["d"]}, 1) != row_keys({"a": ["bc"], "": ["d"]}, 1)
 
 
+def test_float_rows_are_keyed_by_their_packed_values() -> None:
+    """An all-float row's key is its values as the model's float64 (no digest): exact, so
+    rows a digest could confuse never meet; whatever ``struct`` cannot pack is keyed value
+    by value, never a wrong hit."""
+    floats = InputDtypes({"a": "float", "b": "float"})
+    [key] = row_keys({"a": [0.1], "b": [2]}, 1, floats)
+    assert len(key) == 16 + 2 * 8 and key.endswith(struct.pack("<2d", 0.1, 2.0))
+    # the names are in the tag: the same values under other names are another row
+    assert row_keys({"a": [0.1], "c": [2]}, 1, InputDtypes({"a": "float", "c": "float"})
+                    ) != [key]
+    # several rows at once give each row's key alone; numpy columns (the OIP) the same
+    batch = {"a": [0.1, 0.2, 0.3], "b": [2.0, 3.0, 4.0]}
+    assert row_keys(batch, 3, floats) == [row_keys({"a": [a], "b": [b]}, 1, floats)[0]
+                                          for a, b in zip(batch["a"], batch["b"], strict=True)]
+    assert row_keys({k: np.array(v, dtype="<f4" if k == "a" else "<f8")
+                     for k, v in batch.items()}, 3, floats)[1:] == \
+        row_keys({"a": [float(np.float32(0.2)), float(np.float32(0.3))],
+                  "b": [3.0, 4.0]}, 2, floats)
+    # a value struct refuses (None, a string): a 16-byte digest of the row, never equal
+    # to a packed key, and distinct from the float it is not
+    odd = [row_keys({"a": [v], "b": [2.0]}, 1, floats)[0] for v in (None, "0.1", [0.1])]
+    assert all(len(k) == 16 for k in odd) and len({*odd, key}) == 4
+    # in a batch, each row as alone: packed when it packs
+    assert row_keys({"a": [0.1, None], "b": [2, 2]}, 2, floats) == [key, odd[0]]
+
+
 def test_many_threads_get_only_right_answers_and_the_bound_holds() -> None:
     cache = ResponseCache(40_000)  # far fewer entries than keys: evictions all the time
     errors: list[str] = []
@@ -191,6 +273,9 @@ def test_settings_check_the_bound_and_the_warm_up_period() -> None:
     with pytest.raises(ConfigError, match="warmup_idle"):
         Settings(warmup_idle=float("nan"))
     assert Settings().cache_mb == 0  # opt-in
+    with pytest.raises(ConfigError, match="cache_admit must be 'first'.*got 'third'"):
+        Settings(cache_mb=1, cache_admit="third")
+    assert Settings().cache_admit == "second"
 
 
 # -- in the server ---------------------------------------------------------------------------
@@ -358,7 +443,8 @@ def _rows(n: int) -> list[dict[str, float]]:
 
 def test_a_canary_caches_each_answer_under_the_version_that_gave_it(ws: Any) -> None:
     start_rollout("churn", 2, steps=[50, 100], interval="1h", workspace=ws)
-    settings = Settings(poll_interval=0.05, server_name="s1", cache_mb=1, warmup_idle=0)
+    settings = Settings(poll_interval=0.05, server_name="s1", cache_mb=1,
+                        cache_admit="first", warmup_idle=0)
     rows = _rows(40)
 
     async def main() -> None:
@@ -393,7 +479,8 @@ def test_a_canary_caches_each_answer_under_the_version_that_gave_it(ws: Any) -> 
 
 
 def test_a_rollout_start_drops_the_cache(ws: Any) -> None:
-    settings = Settings(poll_interval=0.05, server_name="s1", cache_mb=1, warmup_idle=0)
+    settings = Settings(poll_interval=0.05, server_name="s1", cache_mb=1,
+                        cache_admit="first", warmup_idle=0)
 
     async def main() -> None:
         async with serving(RegistrySource(ws), ["churn@production"], settings) as (c, app):
@@ -410,7 +497,8 @@ def test_a_rollout_start_drops_the_cache(ws: Any) -> None:
 
 def test_shadow_traffic_does_not_fill_the_cache_with_candidate_answers(ws: Any) -> None:
     start_rollout("churn", 2, strategy="shadow", interval="1h", workspace=ws)
-    settings = Settings(poll_interval=0.05, server_name="s1", cache_mb=1, warmup_idle=0)
+    settings = Settings(poll_interval=0.05, server_name="s1", cache_mb=1,
+                        cache_admit="first", warmup_idle=0)
 
     async def main() -> str:
         async with serving(RegistrySource(ws), ["churn@production"], settings) as (c, app):
@@ -438,13 +526,40 @@ def test_the_cli_refuses_a_negative_bound(workspace: Any,
         main(["serve", "churn@production", "--cache-mb", "-1"])
     assert info.value.code == 2
     assert "cache_mb" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["serve", "churn@production", "--cache-mb", "1", "--cache-admit", "third"])
+    assert info.value.code == 2
+    assert "cache_admit must be 'first'" in capsys.readouterr().err
+
+
+def test_by_default_the_server_stores_a_row_on_its_second_miss() -> None:
+    source = FakeSource()
+    model = source.models["churn"][1]
+
+    async def main() -> None:
+        async with serving(source, ["churn@production"],
+                           Settings(poll_interval=0.01, cache_mb=1, warmup_idle=0)
+                           ) as (c, app):
+            model.batches.clear()
+            for _ in range(4):
+                assert _scores(await c.post("/v1/models/churn/predict", json=[_row(1)])) \
+                    == [score(1.0, 1, "gold", 1)]
+            assert model.batches == [1, 1]  # asked, asked again (stored), then hits
+            text = (await c.get("/metrics")).text
+            labels = {"model": "churn", "version": "1"}
+            assert _metric(text, "reprise_cache_hits_total", **labels) == 2
+            assert _metric(text, "reprise_cache_misses_total", **labels) == 2
+            assert _metric(text, "reprise_cache_unadmitted_total", **labels) == 1
+            assert _metric(text, "reprise_cache_bytes") == app.state.reprise.cache.size
+    run(main())
 
 
 def test_a_rollout_weight_change_drops_the_cache(ws: Any) -> None:
     from dataclasses import replace
 
     start_rollout("churn", 2, steps=[30, 100], interval="1h", workspace=ws)
-    settings = Settings(poll_interval=0.05, server_name="s1", cache_mb=1, warmup_idle=0)
+    settings = Settings(poll_interval=0.05, server_name="s1", cache_mb=1,
+                        cache_admit="first", warmup_idle=0)
 
     async def main() -> None:
         async with serving(RegistrySource(ws), ["churn@production"], settings) as (c, app):

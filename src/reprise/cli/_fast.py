@@ -125,7 +125,8 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
                   slo_availability: float = 0.999, slo_latency_ms: float | None = None,
                   slo_latency_target: float = 0.99, otel: bool = False,
                   monitor: str | None = None, monitor_interval: float = 60.0,
-                  cache_mb: float = 0.0, warmup_idle: float = 300.0,
+                  cache_mb: float = 0.0, cache_admit: str = "second",
+                  warmup_idle: float = 300.0,
                   runtime: str = "native") -> int:
     """Serve registered models until stopped; return the exit code."""
     from reprise.core import require
@@ -154,7 +155,8 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
                         log_max_mb=log_max_mb or None,
                         slo_availability=slo_availability, slo_latency_ms=slo_latency_ms,
                         slo_latency_target=slo_latency_target, otel=otel,
-                        cache_mb=cache_mb, warmup_idle=warmup_idle)
+                        cache_mb=cache_mb, cache_admit=cache_admit,
+                        warmup_idle=warmup_idle)
     from reprise.cli._drift_check import install_input_drift_check
 
     stop, watchers = None, list[Any]()
@@ -259,6 +261,7 @@ def _serve_parser() -> argparse.ArgumentParser:
     ap.add_argument("--monitor", default=None)
     ap.add_argument("--monitor-interval", type=float, default=60.0)
     ap.add_argument("--cache-mb", type=float, default=0.0)
+    ap.add_argument("--cache-admit", default="second")
     ap.add_argument("--warmup-idle", type=float, default=300.0)
     ap.add_argument("--runtime", default="native")
     return ap

@@ -94,6 +94,9 @@ def serve(
     cache_mb: Annotated[float, typer.Option(
         help="Response cache: keep answers of recent rows, per model version, up to this "
              "many MiB (0: no cache).")] = 0.0,
+    cache_admit: Annotated[str, typer.Option(
+        help="second: store a row's answer when the row misses a second time (a row asked "
+             "once costs no store); first: store every miss.")] = "second",
     warmup_idle: Annotated[float, typer.Option(
         help="Seconds a served version may stay idle before a warm-up call with its "
              "example rows (0: never).")] = 300.0,
@@ -127,4 +130,4 @@ def serve(
                   slo_availability=slo_availability, slo_latency_ms=slo_latency_ms,
                   slo_latency_target=slo_latency_target, otel=otel, monitor=monitor,
                   monitor_interval=monitor_interval, cache_mb=cache_mb,
-                  warmup_idle=warmup_idle, runtime=runtime)
+                  cache_admit=cache_admit, warmup_idle=warmup_idle, runtime=runtime)

@@ -31,28 +31,30 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from hashlib import blake2b
+from itertools import chain
 from operator import itemgetter
 from typing import Any
 
 __all__ = ["InputDtypes", "ResponseCache", "input_dtypes", "row_keys"]
 
-# What one entry costs beyond its outputs: the OrderedDict's node and hash slot, the key
-# tuple (name and version are shared strings/ints), the 16-byte digest, the entry tuple.
-# Measured with tracemalloc in tests/serve/test_cache.py (test_bound_is_real_memory).
-_ENTRY_OVERHEAD = 360
+# What one entry costs beyond its outputs and its key's bytes object: the OrderedDict's
+# node and hash slot, the key tuple (name and version are shared strings/ints), the entry
+# tuple. Measured with tracemalloc in tests/serve/test_cache.py (test_bound_is_real_memory:
+# 360 with a 16-byte digest key, whose bytes object takes 49).
+_ENTRY_OVERHEAD = 311
 _Key = tuple[str, int, bytes]
 _Entry = tuple[tuple[Any, ...], int]  # (one row of each output column, its bytes)
 # a version's output description: output names, kinds, row shapes
 _Meta = tuple[tuple[str, ...], dict[str, str], dict[str, tuple[int, ...]]]
-_WHAT = ("hit", "miss", "evict", "drop")  # what the counters of a version count, in order
-_HIT, _MISS, _EVICT, _DROP = range(4)
+# what the counters of a version count, in order
+_WHAT = ("hit", "miss", "evict", "drop", "skip")
+_HIT, _MISS, _EVICT, _DROP, _SKIP = range(5)
 
 
 # a scalar field's dtype -> (the numpy dtype the model gets it as, the Python type alike)
 _NATIVE: dict[str, tuple[str, type]] = {"float": ("<f8", float), "int": ("<i8", int),
                                         "bool": ("|b1", bool)}
 _FLOAT = _NATIVE["float"]
-_NUMBERS = frozenset((float, int))  # struct packs an int as float() would convert it
 _PLAIN = frozenset((float, int, str, bool, type(None)))  # their repr is exact and tagged
 
 
@@ -91,9 +93,9 @@ class InputDtypes(dict[str, str]):
 
 
 class _Layout:
-    """How rows of one set of column names become digest inputs (see :func:`row_keys`)."""
+    """How rows of one set of column names become keys (see :func:`row_keys`)."""
 
-    __slots__ = ("cols", "fast", "head", "names", "packer", "prefix", "take")
+    __slots__ = ("cols", "fast", "head", "names", "packer", "tag", "take")
 
     def __init__(self, names: Sequence[str], dtypes: Mapping[str, str]) -> None:
         self.names = sorted(names)
@@ -105,7 +107,9 @@ class _Layout:
         self.cols = [_NATIVE.get(dtypes.get(n, "")) for n in self.names]
         self.fast = all(native is _FLOAT for native in self.cols)  # all float fields
         self.packer = struct.Struct(f"<{len(self.names)}d")
-        self.prefix = self.head + ("f" * len(self.names)).encode()
+        # a packed row's first bytes: which names, in which order (a digest, so that the
+        # key stays short however long the names)
+        self.tag = blake2b(self.head + b"f" * len(self.names), digest_size=16).digest()
 
 
 _MAX_LAYOUTS = 64  # distinct sets of column names remembered per version
@@ -118,15 +122,21 @@ def input_dtypes(signature: Any) -> InputDtypes:
 
 def row_keys(columns: dict[str, Any], rows: int,
              dtypes: Mapping[str, str] | None = None) -> list[bytes]:
-    """The digest of each row of checked ``columns`` (column order does not matter), its
+    """The key of each row of checked ``columns`` (column order does not matter), its
     values canonical for the fields' ``dtypes`` (:func:`input_dtypes`) as the model will
     get them.
 
-    The digest's input: the column names, one tag per value, the floats packed (8 bytes
-    each; ``repr`` of 20 floats costs ten times more), then ``repr`` of the other values
-    (exact and typed for :func:`_canonical`'s results). The tags fix the layout, so two
-    different rows never give the same input. The layout of a set of column names is
-    remembered by an :class:`InputDtypes` (a server's requests share a few)."""
+    A row of float fields only (the usual tabular row) is keyed by its values themselves,
+    packed as the model's float64 (``struct``: exact, ``-0.0`` apart from ``0.0``, ``1``
+    and ``1.0`` one value), after a 16-byte tag of its column names: no digest to compute
+    (blake2b was a third of a key's cost), and the table's own comparison makes a wrong
+    hit impossible. Any other row (or a value ``struct`` refuses, such as a string or
+    ``None``) is keyed by a 16-byte blake2b of: the column names, one tag per value, the
+    floats packed, then ``repr`` of the other values (exact and typed for
+    :func:`_canonical`'s results). The tags fix the layout, so two different rows never
+    give the same input; a packed key is never 16 bytes long, so the two kinds never meet.
+    The layout of a set of column names is remembered by an :class:`InputDtypes` (a
+    server's requests share a few)."""
     dtypes = dtypes if dtypes is not None else {}
     layouts = getattr(dtypes, "layouts", None)
     layout = None
@@ -140,18 +150,25 @@ def row_keys(columns: dict[str, Any], rows: int,
     else:
         layout = _Layout(list(columns), dtypes)
     cols = layout.take(columns)
-    if not layout.fast:
-        pairs = list(zip(cols, layout.cols, strict=True))
+    pairs = list(zip(cols, layout.cols, strict=True))
+    if not (layout.fast and layout.names):
         return [_row_key(layout.head, pairs, i) for i in range(rows)]
-    prefix, pack = layout.prefix, layout.packer.pack  # all float fields: packed at once
-    keys = []
-    for i in range(rows):
-        values = [c[i] for c in cols]
-        if set(map(type, values)) <= _NUMBERS:
-            keys.append(blake2b(prefix + pack(*values), digest_size=16).digest())
-        else:
-            keys.append(_row_key(layout.head, list(zip(cols, layout.cols, strict=True)), i))
-    return keys
+    tag, pack = layout.tag, layout.packer.pack  # all float fields: packed, in C
+    try:
+        if rows == 1:
+            return [tag + pack(*chain.from_iterable(cols))]
+        return [tag + pack(*values) for values in zip(*cols, strict=True)]
+    except _UNPACKED:  # not all numbers (None, a string, ...): row by row
+        keys = []
+        for i, values in enumerate(zip(*cols, strict=True)):
+            try:
+                keys.append(tag + pack(*values))
+            except _UNPACKED:
+                keys.append(_row_key(layout.head, pairs, i))
+        return keys
+
+
+_UNPACKED = (struct.error, TypeError, OverflowError, ValueError)  # what pack may raise
 
 
 def _row_key(head: bytes, cols: list[tuple[Any, tuple[str, type] | None]], i: int) -> bytes:
@@ -206,37 +223,80 @@ def _sizeof(value: Any) -> int:
     return size
 
 
-class ResponseCache:
-    """A bounded, thread-safe LRU of output rows keyed by model version and input row."""
+class _Doorkeeper:
+    """Which keys have missed before: TinyLFU's doorkeeper (Einziger, Friedman and Manes,
+    2017), a Bloom filter of two probes in a bytearray, cleared after ``slots / 8`` marks
+    (so it forgets rows seen long ago and false positives stay under ~5 %, ~1.5 % on
+    average). Written by hand: two index operations per key (its ``hash`` is already
+    cached by the table's lookup) cost less than any library call would."""
 
-    def __init__(self, max_bytes: int, registry: Any = None) -> None:
+    __slots__ = ("bits", "limit", "marked", "mask")
+
+    def __init__(self, slots: int) -> None:
+        self.bits = bytearray(slots)
+        self.mask = slots - 1
+        self.limit = max(1, slots // 8)
+        self.marked = 0
+
+    def seen(self, key: bytes) -> bool:
+        """Whether ``key`` was marked (since the last clearing); mark it if not."""
+        h = hash(key)
+        bits, mask = self.bits, self.mask
+        i, j = h & mask, (h >> 32) & mask
+        if bits[i] and bits[j]:
+            return True
+        bits[i] = bits[j] = 1
+        self.marked += 1
+        if self.marked >= self.limit:
+            self.bits = bytearray(len(bits))
+            self.marked = 0
+        return False
+
+
+_MIN_DOOR = 64  # a bound under 64 x this many bytes has no doorkeeper: it admits all
+
+
+class ResponseCache:
+    """A bounded, thread-safe LRU of output rows keyed by model version and input row.
+
+    With ``doorkeeper`` (the server's default, ``--cache-admit second``), a row is stored
+    only when it misses a second time: a row asked once (most rows of most traffic) costs
+    a probe of a bit array instead of a store, which was half of what a miss cost. The
+    doorkeeper's bytes (1/64 of the bound) count in the bound."""
+
+    def __init__(self, max_bytes: int, registry: Any = None,
+                 doorkeeper: bool = False) -> None:
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be 1 or more; got {max_bytes}")
         self.max_bytes = max_bytes
+        self._door: _Doorkeeper | None = None
+        slots = 1 << max(0, (max_bytes // 64).bit_length() - 1)
+        if doorkeeper and slots >= _MIN_DOOR:
+            self._door = _Doorkeeper(slots)
+        self._room = max_bytes - (slots if self._door is not None else 0)  # for entries
         self._lock = threading.Lock()
         self._table: OrderedDict[_Key, _Entry] = OrderedDict()
         self._bytes = 0
         # (name, version) -> (output names, kinds, row shapes) of its last answer
         self._meta: dict[tuple[str, int], _Meta] = {}
-        # (name, version) -> [hits, misses, evictions, drops]; plain ints under the lock,
-        # read at scrape time (a prometheus_client child's lock per increment costs more
-        # than the lookup)
+        # (name, version) -> [hits, misses, evictions, drops, unadmitted]; plain ints
+        # under the lock, read at scrape time (a prometheus_client child's lock per
+        # increment costs more than the lookup)
         self._counts: dict[tuple[str, int], list[int]] = {}
         if registry is not None:
             registry.register(_Collector(self))
 
-    def _count(self, what: int, name: str, version: int, n: int = 1) -> None:
-        """Count ``n`` of ``what`` (an index of ``_WHAT``; call with the lock held)."""
-        if n:
-            counts = self._counts.get((name, version))
-            if counts is None:
-                counts = self._counts[(name, version)] = [0, 0, 0, 0]
-            counts[what] += n
+    def _counters(self, name: str, version: int) -> list[int]:
+        """The counters of a version (call with the lock held)."""
+        counts = self._counts.get((name, version))
+        if counts is None:
+            counts = self._counts[(name, version)] = [0] * len(_WHAT)
+        return counts
 
     @property
     def size(self) -> int:
-        """The bytes held, as the bound counts them."""
-        return self._bytes
+        """The bytes held, as the bound counts them (the doorkeeper's included)."""
+        return self._bytes + (self.max_bytes - self._room)
 
     def __len__(self) -> int:
         return len(self._table)
@@ -245,33 +305,47 @@ class ResponseCache:
             ) -> tuple[list[tuple[Any, ...] | None], _Meta | None]:
         """Each key's output row (``None``: a miss; hits become most recently used) and the
         version's output description (names, kinds, row shapes)."""
-        found: list[tuple[Any, ...] | None] = []
-        hits = 0
         with self._lock:
             table = self._table
-            for key in keys:
-                entry = table.get((name, version, key))
+            entries = [table.get((name, version, key)) for key in keys]
+            hits = len(entries) - entries.count(None)
+            meta = self._meta.get((name, version))
+            counts = self._counters(name, version)
+            if hits and meta is None:  # cannot be (dropped together): treat as misses
+                hits = 0
+            counts[_HIT] += hits
+            counts[_MISS] += len(keys) - hits
+            if not hits:
+                return [None] * len(keys), meta
+            found: list[tuple[Any, ...] | None] = []
+            for key, entry in zip(keys, entries, strict=True):
                 if entry is None:
                     found.append(None)
                 else:
                     table.move_to_end((name, version, key))
                     found.append(_thawed(entry[0]))
-                    hits += 1
-            meta = self._meta.get((name, version))
-            if hits and meta is None:  # cannot be (dropped together): treat as misses
-                found, hits = [None] * len(keys), 0
-            self._count(_HIT, name, version, hits)
-            self._count(_MISS, name, version, len(keys) - hits)
         return found, meta
 
     def put(self, name: str, version: int, keys: Sequence[bytes],
             outputs: dict[str, list[Any]], kinds: dict[str, str],
             shapes: dict[str, tuple[int, ...]]) -> None:
-        """Store one answer's rows (``outputs[col][i]`` is the answer to ``keys[i]``)."""
+        """Store one answer's rows (``outputs[col][i]`` is the answer to ``keys[i]``); with
+        the doorkeeper, only those that missed before."""
         names = tuple(outputs)
         cols = [outputs[n] for n in names]
-        rows = [tuple([_frozen(c[i]) for c in cols]) for i in range(len(keys))]
-        sizes = [_ENTRY_OVERHEAD + _sizeof(row) for row in rows]
+        index: Sequence[int] = range(len(keys))
+        door = self._door
+        if door is not None:  # without the lock: a race only changes what is stored
+            index = [i for i in index if door.seen(keys[i])]
+            if len(index) < len(keys):
+                with self._lock:
+                    self._counters(name, version)[_SKIP] += len(keys) - len(index)
+                if not index:
+                    return
+        rows = [tuple([_frozen(c[i]) for c in cols]) for i in index]
+        sizes = [_ENTRY_OVERHEAD + sys.getsizeof(keys[i]) + _sizeof(row)
+                 for i, row in zip(index, rows, strict=True)]
+        room = self._room
         with self._lock:
             meta = self._meta.get((name, version))
             if meta is None or meta[0] != names or meta[1] != kinds or meta[2] != shapes:
@@ -280,17 +354,17 @@ class ResponseCache:
                     self._drop_locked(lambda k: k[0] == name and k[1] == version)
                 self._meta[(name, version)] = (names, dict(kinds), dict(shapes))
             table = self._table
-            for key, row, size in zip(keys, rows, sizes, strict=True):
-                if size > self.max_bytes:
+            for i, row, size in zip(index, rows, sizes, strict=True):
+                if size > room:
                     continue
-                full = (name, version, key)
+                full = (name, version, keys[i])
                 old = table.pop(full, None)
                 if old is not None:
                     self._bytes -= old[1]
-                while self._bytes + size > self.max_bytes:  # room first: never over
+                while self._bytes + size > room:  # room first: never over
                     (ename, eversion, _), (_, esize) = table.popitem(last=False)
                     self._bytes -= esize
-                    self._count(_EVICT, ename, eversion)
+                    self._counters(ename, eversion)[_EVICT] += 1
                 table[full] = (row, size)
                 self._bytes += size
 
@@ -310,7 +384,7 @@ class ResponseCache:
                         if k[0] == name and (version is None or k[1] == version)]:
                 del self._meta[key]
             for (dname, dversion), n in dropped.items():
-                self._count(_DROP, dname, dversion, n)
+                self._counters(dname, dversion)[_DROP] += n
         return sum(dropped.values())
 
 
@@ -322,6 +396,8 @@ _FAMILIES = {
               "its bound (least recently used first)."),
     "drop": ("reprise_cache_invalidations", "Entries dropped because the versions a model "
              "answers with changed."),
+    "skip": ("reprise_cache_unadmitted", "Rows computed and not stored: their first miss "
+             "(the doorkeeper stores a row when it misses again)."),
 }
 
 
@@ -337,7 +413,7 @@ class _Collector:
         cache = self.cache
         with cache._lock:
             counts = {k: list(v) for k, v in cache._counts.items()}
-            size, entries = cache._bytes, len(cache._table)
+            size, entries = cache.size, len(cache._table)
         families = {what: CounterMetricFamily(name, text, labels=["model", "version"])
                     for what, (name, text) in _FAMILIES.items()}
         for (name, version), ns in sorted(counts.items()):
@@ -346,7 +422,8 @@ class _Collector:
                     families[what].add_metric([name, str(version)], n)
         yield from families.values()
         yield GaugeMetricFamily("reprise_cache_bytes", "Bytes the response cache holds "
-                                "(counted as its bound counts them).", value=size)
+                                "(counted as its bound counts them, its doorkeeper's "
+                                "included).", value=size)
         yield GaugeMetricFamily("reprise_cache_max_bytes", "The response cache's bound.",
                                 value=cache.max_bytes)
         yield GaugeMetricFamily("reprise_cache_entries", "Rows in the response cache.",

@@ -57,7 +57,8 @@ class ServerState:
         self.cache: ResponseCache | None = None
         if settings.cache_mb > 0:
             self.cache = ResponseCache(max(1, int(settings.cache_mb * 1024 * 1024)),
-                                       self.metrics.registry)
+                                       self.metrics.registry,
+                                       doorkeeper=settings.cache_admit == "second")
         self.slo = SloBook(self.table.default_ref, self.objectives, time.perf_counter)
         self.metrics.registry.register(self.slo)
         self.tracing: Tracing | None = None  # set by create_app (--otel)

@@ -104,6 +104,9 @@ class Settings:
             ``OTEL_*`` environment variables (the ``otel`` extra).
         cache_mb: the response cache's bound in MiB (answers of recent rows per model
             version, ``_cache.py``); 0: no cache.
+        cache_admit: ``"second"``: a row is stored the second time it misses (a
+            doorkeeper remembers first misses; a row asked once costs no store);
+            ``"first"``: every miss is stored.
         warmup_idle: a served version idle this many seconds gets a warm-up call with its
             package's example rows (then again after each such period while idle), so the
             first request after a quiet hour is not a cold one; 0: never.
@@ -148,6 +151,7 @@ class Settings:
     slo_latency_target: float = 0.99
     otel: bool = False
     cache_mb: float = 0.0
+    cache_admit: str = "second"
     warmup_idle: float = 300.0
     models: Mapping[str, ModelSettings] = field(default_factory=dict)
 
@@ -166,6 +170,9 @@ class Settings:
         if not self.cache_mb >= 0 or self.cache_mb > 1024 * 1024:
             raise ConfigError(f"cache_mb must be between 0 (no cache) and 1048576 MiB; "
                               f"got {self.cache_mb}")
+        if self.cache_admit not in ("first", "second"):
+            raise ConfigError(f"cache_admit must be 'first' (store every miss) or 'second' "
+                              f"(store a row when it misses again); got {self.cache_admit!r}")
         if not 0 <= self.warmup_idle < float("inf"):
             raise ConfigError(f"warmup_idle must be a number of seconds, 0 or more "
                               f"(0: no warm-up); got {self.warmup_idle}")
