@@ -27,6 +27,7 @@ from reprise.registry import RegistrySource, promote, register_package
 from reprise.serve import Settings, abort_rollout, start_rollout
 from reprise.serve._cache import (
     _MAX_LAYOUTS,
+    _WINDOW,
     InputDtypes,
     ResponseCache,
     _Collector,
@@ -103,8 +104,8 @@ def test_the_doorkeeper_stores_a_row_when_it_misses_a_second_time() -> None:
     cache.put("m", 1, [b"a", b"c"], {"score": [2.0, 4.0], "label": ["y", "w"]},
               {"score": "f8"}, {})
     assert [_get(cache, "m", 1, k) for k in (b"a", b"b", b"c")] == [2.0, None, None]
-    # hits, misses, evictions, invalidations, first misses not stored
-    assert cache._counts[("m", 1)] == [2, 3, 0, 0, 4]
+    # hits, misses, evictions, invalidations, first misses not stored, bypassed
+    assert cache._counts[("m", 1)] == [2, 3, 0, 0, 4, 0]
     text = generate_latest_of(cache)
     assert _metric(text, "reprise_cache_unadmitted_total", model="m", version="1") == 4
     assert _metric(text, "reprise_cache_bytes") == cache.size
@@ -124,6 +125,50 @@ def test_the_doorkeeper_forgets_after_an_eighth_of_its_slots() -> None:
     assert not any(door.bits) and not door.seen(b"first")  # forgotten, and marked again
     big = _Doorkeeper(1 << 16)  # 2 bits of 65,536 per row: few false positives
     assert sum(big.seen(b"%d" % i) for i in range(1000)) <= 10
+
+
+def test_a_version_that_never_hits_is_looked_up_one_request_in_16() -> None:
+    cache = ResponseCache(1 << 22, doorkeeper=True, min_hit_rate=0.01)
+    keys = [b"%d" % i for i in range(4 * _WINDOW)]
+    assert cache.looks("m", 1, 5, 1)  # not judged yet: every request is looked up
+    cache.get("m", 1, keys[:_WINDOW - 1])
+    assert not cache.bypassed("m", 1)
+    cache.get("m", 1, keys[_WINDOW - 1:_WINDOW])  # a window of 2,048 rows without a hit
+    assert cache.bypassed("m", 1) and not cache.bypassed("m", 2)
+    assert [cache.looks("m", 1, s, 3) for s in (0, 1, 15, 16, 32, 33)] == \
+        [True, False, False, True, True, False]
+    assert cache._counts[("m", 1)][5] == 9  # three requests of 3 rows went straight by
+    assert cache.looks("m", 2, 1, 1)  # another version: its own verdict
+    text = generate_latest_of(cache)
+    assert _metric(text, "reprise_cache_bypassed", model="m", version="1") == 1
+    assert _metric(text, "reprise_cache_bypasses_total", model="m", version="1") == 9
+    # the sampled lookups go on judging: a window that hits 1 % brings every lookup back
+    hot = keys[:40]
+    for _ in range(2):
+        _put_all(cache, hot)  # stored (the second miss)
+    cache.get("m", 1, keys[_WINDOW:2 * _WINDOW - 20])  # 2,028 misses
+    assert cache.bypassed("m", 1)
+    cache.get("m", 1, hot[:20])  # and 20 hits: 0.98 % of the window's 2,048
+    assert cache.bypassed("m", 1)
+    cache.get("m", 1, keys[2 * _WINDOW:3 * _WINDOW - 30])
+    cache.get("m", 1, hot[:30])  # 30 hits of 2,048: 1.5 %
+    assert not cache.bypassed("m", 1) and cache.looks("m", 1, 1, 1)
+    assert _metric(generate_latest_of(cache), "reprise_cache_bypassed", model="m",
+                   version="1") == 0
+    # releasing the version forgets its verdict; 0 never bypasses
+    cache.get("m", 1, keys[3 * _WINDOW:])
+    assert cache.bypassed("m", 1)
+    cache.invalidate("m", 1)
+    assert not cache.bypassed("m", 1)
+    never = ResponseCache(1 << 22)
+    never.get("m", 1, keys)
+    assert not never.bypassed("m", 1)
+    with pytest.raises(ValueError, match="min_hit_rate"):
+        ResponseCache(1 << 20, min_hit_rate=1.0)
+
+
+def _put_all(cache: ResponseCache, keys: list[bytes]) -> None:
+    cache.put("m", 1, keys, {"score": [1.0] * len(keys)}, {"score": "f8"}, {})
 
 
 def generate_latest_of(cache: ResponseCache) -> str:
@@ -276,6 +321,9 @@ def test_settings_check_the_bound_and_the_warm_up_period() -> None:
     with pytest.raises(ConfigError, match="cache_admit must be 'first'.*got 'third'"):
         Settings(cache_mb=1, cache_admit="third")
     assert Settings().cache_admit == "second"
+    for bad in (-0.1, 1.0, float("nan")):
+        with pytest.raises(ConfigError, match="cache_min_hit_rate must be at least 0"):
+            Settings(cache_mb=1, cache_min_hit_rate=bad)
 
 
 # -- in the server ---------------------------------------------------------------------------
@@ -530,6 +578,35 @@ def test_the_cli_refuses_a_negative_bound(workspace: Any,
         main(["serve", "churn@production", "--cache-mb", "1", "--cache-admit", "third"])
     assert info.value.code == 2
     assert "cache_admit must be 'first'" in capsys.readouterr().err
+
+
+def test_a_server_whose_traffic_never_repeats_stops_looking_up() -> None:
+    """Requests of 2,048 fresh rows: the version is bypassed after the first window, the
+    answers stay the model's, and /metrics says so."""
+    source = FakeSource()
+    model = source.models["churn"][1]
+    rows = [_row(i) | {"x": i * 0.5} for i in range(3 * _WINDOW)]
+
+    async def main() -> None:
+        async with serving(source, ["churn@production"],
+                           Settings(poll_interval=0.01, cache_mb=4, warmup_idle=0)
+                           ) as (c, app):
+            cache = app.state.reprise.cache
+            model.batches.clear()  # the load's warm-up call
+            for start in range(0, len(rows), _WINDOW):
+                batch = rows[start:start + _WINDOW]
+                assert _scores(await c.post("/v1/models/churn/predict", json=batch)) == \
+                    [score(r["x"], r["y"], r["plan"], 1) for r in batch]
+            assert cache.bypassed("churn", 1)
+            text = (await c.get("/metrics")).text
+            labels = {"model": "churn", "version": "1"}
+            assert _metric(text, "reprise_cache_bypassed", **labels) == 1
+            looked = _metric(text, "reprise_cache_misses_total", **labels)
+            passed = _metric(text, "reprise_cache_bypasses_total", **labels)
+            assert looked + passed == len(rows) and looked >= _WINDOW
+            assert _metric(text, "reprise_cache_hits_total", **labels) == 0
+            assert sum(model.batches) == len(rows)
+    run(main())
 
 
 def test_by_default_the_server_stores_a_row_on_its_second_miss() -> None:

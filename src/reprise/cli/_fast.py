@@ -126,6 +126,7 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
                   slo_latency_target: float = 0.99, otel: bool = False,
                   monitor: str | None = None, monitor_interval: float = 60.0,
                   cache_mb: float = 0.0, cache_admit: str = "second",
+                  cache_min_hit_rate: float = 0.01,
                   warmup_idle: float = 300.0,
                   runtime: str = "native") -> int:
     """Serve registered models until stopped; return the exit code."""
@@ -156,6 +157,7 @@ def serve_command(refs: list[str], *, host: str, port: int, max_batch_size: int,
                         slo_availability=slo_availability, slo_latency_ms=slo_latency_ms,
                         slo_latency_target=slo_latency_target, otel=otel,
                         cache_mb=cache_mb, cache_admit=cache_admit,
+                        cache_min_hit_rate=cache_min_hit_rate,
                         warmup_idle=warmup_idle)
     from reprise.cli._drift_check import install_input_drift_check
 
@@ -262,6 +264,7 @@ def _serve_parser() -> argparse.ArgumentParser:
     ap.add_argument("--monitor-interval", type=float, default=60.0)
     ap.add_argument("--cache-mb", type=float, default=0.0)
     ap.add_argument("--cache-admit", default="second")
+    ap.add_argument("--cache-min-hit-rate", type=float, default=0.01)
     ap.add_argument("--warmup-idle", type=float, default=300.0)
     ap.add_argument("--runtime", default="native")
     return ap

@@ -97,6 +97,9 @@ def serve(
     cache_admit: Annotated[str, typer.Option(
         help="second: store a row's answer when the row misses a second time (a row asked "
              "once costs no store); first: store every miss.")] = "second",
+    cache_min_hit_rate: Annotated[float, typer.Option(
+        help="A version whose rows hit less often than this has only one request in 16 "
+             "looked up until they hit again (0: always look up).")] = 0.01,
     warmup_idle: Annotated[float, typer.Option(
         help="Seconds a served version may stay idle before a warm-up call with its "
              "example rows (0: never).")] = 300.0,
@@ -130,4 +133,5 @@ def serve(
                   slo_availability=slo_availability, slo_latency_ms=slo_latency_ms,
                   slo_latency_target=slo_latency_target, otel=otel, monitor=monitor,
                   monitor_interval=monitor_interval, cache_mb=cache_mb,
-                  cache_admit=cache_admit, warmup_idle=warmup_idle, runtime=runtime)
+                  cache_admit=cache_admit, cache_min_hit_rate=cache_min_hit_rate,
+                  warmup_idle=warmup_idle, runtime=runtime)

@@ -25,6 +25,7 @@ in bytes, and dropped when the versions a name answers with change.
 
 from __future__ import annotations
 
+import logging
 import struct
 import sys
 import threading
@@ -37,6 +38,8 @@ from typing import Any
 
 __all__ = ["InputDtypes", "ResponseCache", "input_dtypes", "row_keys"]
 
+_logger = logging.getLogger(__name__)
+
 # What one entry costs beyond its outputs and its key's bytes object: the OrderedDict's
 # node and hash slot, the key tuple (name and version are shared strings/ints), the entry
 # tuple. Measured with tracemalloc in tests/serve/test_cache.py (test_bound_is_real_memory:
@@ -47,8 +50,10 @@ _Entry = tuple[tuple[Any, ...], int]  # (one row of each output column, its byte
 # a version's output description: output names, kinds, row shapes
 _Meta = tuple[tuple[str, ...], dict[str, str], dict[str, tuple[int, ...]]]
 # what the counters of a version count, in order
-_WHAT = ("hit", "miss", "evict", "drop", "skip")
-_HIT, _MISS, _EVICT, _DROP, _SKIP = range(5)
+_WHAT = ("hit", "miss", "evict", "drop", "skip", "bypass")
+_HIT, _MISS, _EVICT, _DROP, _SKIP, _BYPASS = range(6)
+_WINDOW = 2048  # rows looked up per verdict on a version's hit rate
+_SAMPLE = 16  # while a version is bypassed, one request in this many is still looked up
 
 
 # a scalar field's dtype -> (the numpy dtype the model gets it as, the Python type alike)
@@ -262,13 +267,29 @@ class ResponseCache:
     With ``doorkeeper`` (the server's default, ``--cache-admit second``), a row is stored
     only when it misses a second time: a row asked once (most rows of most traffic) costs
     a probe of a bit array instead of a store, which was half of what a miss cost. The
-    doorkeeper's bytes (1/64 of the bound) count in the bound."""
+    doorkeeper's bytes (1/64 of the bound) count in the bound.
+
+    With ``min_hit_rate`` (the server's default: 0.01), a version whose rows hit less
+    often than that over a window of 2,048 lookups is *bypassed*: only requests whose
+    ``sample`` (the server passes the hash of the request's body, so a repeated request is
+    always in or always out) falls in one of 16 are still looked up (:meth:`looks`), the
+    others go straight to the model, so traffic that never repeats stops paying for keys
+    and lookups (~10 % of a LogisticRegression's answer); the sampled lookups go on
+    judging, and the version is looked up in full again as soon as a window hits as
+    often as ``min_hit_rate``. A bypassed request is answered by the model, as without
+    the cache: only the cache's use changes, never an answer."""
 
     def __init__(self, max_bytes: int, registry: Any = None,
-                 doorkeeper: bool = False) -> None:
+                 doorkeeper: bool = False, min_hit_rate: float = 0.0) -> None:
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be 1 or more; got {max_bytes}")
+        if not 0 <= min_hit_rate < 1:
+            raise ValueError(f"min_hit_rate must be in [0, 1); got {min_hit_rate}")
         self.max_bytes = max_bytes
+        self.min_hit_rate = min_hit_rate
+        self._bypassed: set[tuple[str, int]] = set()  # versions whose lookups are sampled
+        # (name, version) -> [rows looked up, hits] when its current window began
+        self._window: dict[tuple[str, int], list[int]] = {}
         self._door: _Doorkeeper | None = None
         slots = 1 << max(0, (max_bytes // 64).bit_length() - 1)
         if doorkeeper and slots >= _MIN_DOOR:
@@ -279,7 +300,7 @@ class ResponseCache:
         self._bytes = 0
         # (name, version) -> (output names, kinds, row shapes) of its last answer
         self._meta: dict[tuple[str, int], _Meta] = {}
-        # (name, version) -> [hits, misses, evictions, drops, unadmitted]; plain ints
+        # (name, version) -> [hits, misses, evictions, drops, unadmitted, bypassed]; ints
         # under the lock, read at scrape time (a prometheus_client child's lock per
         # increment costs more than the lookup)
         self._counts: dict[tuple[str, int], list[int]] = {}
@@ -292,6 +313,46 @@ class ResponseCache:
         if counts is None:
             counts = self._counts[(name, version)] = [0] * len(_WHAT)
         return counts
+
+    def looks(self, name: str, version: int, sample: int, rows: int) -> bool:
+        """Whether to look up a request of ``rows`` rows for this version: yes unless the
+        version is bypassed and ``sample`` falls outside the sampled sixteenth (then the
+        rows are counted as bypassed)."""
+        if (name, version) not in self._bypassed or sample % _SAMPLE == 0:
+            return True
+        with self._lock:
+            self._counters(name, version)[_BYPASS] += rows
+        return False
+
+    def _judge(self, name: str, version: int, counts: list[int]) -> None:
+        """At the end of a window of lookups: bypass the version or stop bypassing it
+        (with the lock held)."""
+        looked = counts[_HIT] + counts[_MISS]
+        window = self._window.get((name, version))
+        if window is None:
+            window = self._window[(name, version)] = [0, 0]
+        if looked - window[0] < _WINDOW:
+            return
+        rate = (counts[_HIT] - window[1]) / (looked - window[0])
+        window[0], window[1] = looked, counts[_HIT]
+        bypass = rate < self.min_hit_rate
+        if bypass == ((name, version) in self._bypassed):
+            return
+        if bypass:
+            self._bypassed.add((name, version))
+            _logger.info("response cache: %s version %d hit %.2f %% of its last %d rows "
+                         "(minimum %.2f %%): looking up one request in %d until they hit "
+                         "again", name, version, 100 * rate, _WINDOW, 100 * self.min_hit_rate,
+                         _SAMPLE)
+        else:
+            self._bypassed.discard((name, version))
+            _logger.info("response cache: %s version %d hits again (%.2f %% of the last "
+                         "%d rows looked up): looking up every request", name, version,
+                         100 * rate, _WINDOW)
+
+    def bypassed(self, name: str, version: int) -> bool:
+        """Whether the version's lookups are sampled (its rows hit too rarely)."""
+        return (name, version) in self._bypassed
 
     @property
     def size(self) -> int:
@@ -315,6 +376,8 @@ class ResponseCache:
                 hits = 0
             counts[_HIT] += hits
             counts[_MISS] += len(keys) - hits
+            if self.min_hit_rate:
+                self._judge(name, version, counts)
             if not hits:
                 return [None] * len(keys), meta
             found: list[tuple[Any, ...] | None] = []
@@ -383,6 +446,9 @@ class ResponseCache:
             for key in [k for k in self._meta
                         if k[0] == name and (version is None or k[1] == version)]:
                 del self._meta[key]
+            if version is not None:  # a released version: its verdict goes with it
+                self._window.pop((name, version), None)
+                self._bypassed.discard((name, version))
             for (dname, dversion), n in dropped.items():
                 self._counters(dname, dversion)[_DROP] += n
         return sum(dropped.values())
@@ -398,6 +464,9 @@ _FAMILIES = {
              "answers with changed."),
     "skip": ("reprise_cache_unadmitted", "Rows computed and not stored: their first miss "
              "(the doorkeeper stores a row when it misses again)."),
+    "bypass": ("reprise_cache_bypasses", "Rows answered by the model without a lookup: "
+               "their version hit less often than the minimum hit rate (one request in 16 "
+               "is still looked up)."),
 }
 
 
@@ -414,6 +483,7 @@ class _Collector:
         with cache._lock:
             counts = {k: list(v) for k, v in cache._counts.items()}
             size, entries = cache.size, len(cache._table)
+            bypassed = set(cache._bypassed)
         families = {what: CounterMetricFamily(name, text, labels=["model", "version"])
                     for what, (name, text) in _FAMILIES.items()}
         for (name, version), ns in sorted(counts.items()):
@@ -421,6 +491,12 @@ class _Collector:
                 if n:
                     families[what].add_metric([name, str(version)], n)
         yield from families.values()
+        gauge = GaugeMetricFamily("reprise_cache_bypassed", "1 while a version's rows hit "
+                                  "less often than the minimum hit rate and only one request "
+                                  "in 16 is looked up.", labels=["model", "version"])
+        for name, version in sorted(counts):
+            gauge.add_metric([name, str(version)], int((name, version) in bypassed))
+        yield gauge
         yield GaugeMetricFamily("reprise_cache_bytes", "Bytes the response cache holds "
                                 "(counted as its bound counts them, its doorkeeper's "
                                 "included).", value=size)

@@ -287,7 +287,9 @@ class HotPath:
             raise HTTPError(422, "the request does not match the model's signature",
                             kind="invalid", fields=[e.to_dict() for e in checked.errors])
         check_inputs(model, checked.columns)
-        if self.state.cache is not None:  # here: a large request hashes off the loop
+        cache = self.state.cache  # here: a large request hashes off the loop
+        if cache is not None and cache.looks(model.name, model.version, hash(body),
+                                             checked.rows):
             job.keys = row_keys(checked.columns, checked.rows, model.input_dtypes)
         return job
 

@@ -58,7 +58,8 @@ class ServerState:
         if settings.cache_mb > 0:
             self.cache = ResponseCache(max(1, int(settings.cache_mb * 1024 * 1024)),
                                        self.metrics.registry,
-                                       doorkeeper=settings.cache_admit == "second")
+                                       doorkeeper=settings.cache_admit == "second",
+                                       min_hit_rate=settings.cache_min_hit_rate)
         self.slo = SloBook(self.table.default_ref, self.objectives, time.perf_counter)
         self.metrics.registry.register(self.slo)
         self.tracing: Tracing | None = None  # set by create_app (--otel)

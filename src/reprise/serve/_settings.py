@@ -107,6 +107,9 @@ class Settings:
         cache_admit: ``"second"``: a row is stored the second time it misses (a
             doorkeeper remembers first misses; a row asked once costs no store);
             ``"first"``: every miss is stored.
+        cache_min_hit_rate: a version whose rows hit less often than this (over a window
+            of 2,048 lookups) has only one request in 16 looked up until they hit again,
+            so traffic that never repeats stops paying for the cache; 0: always look up.
         warmup_idle: a served version idle this many seconds gets a warm-up call with its
             package's example rows (then again after each such period while idle), so the
             first request after a quiet hour is not a cold one; 0: never.
@@ -152,6 +155,7 @@ class Settings:
     otel: bool = False
     cache_mb: float = 0.0
     cache_admit: str = "second"
+    cache_min_hit_rate: float = 0.01
     warmup_idle: float = 300.0
     models: Mapping[str, ModelSettings] = field(default_factory=dict)
 
@@ -173,6 +177,9 @@ class Settings:
         if self.cache_admit not in ("first", "second"):
             raise ConfigError(f"cache_admit must be 'first' (store every miss) or 'second' "
                               f"(store a row when it misses again); got {self.cache_admit!r}")
+        if not 0 <= self.cache_min_hit_rate < 1:
+            raise ConfigError(f"cache_min_hit_rate must be at least 0 (always look up) and "
+                              f"under 1; got {self.cache_min_hit_rate}")
         if not 0 <= self.warmup_idle < float("inf"):
             raise ConfigError(f"warmup_idle must be a number of seconds, 0 or more "
                               f"(0: no warm-up); got {self.warmup_idle}")
