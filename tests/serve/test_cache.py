@@ -142,16 +142,17 @@ def test_a_version_that_never_hits_is_looked_up_one_request_in_16() -> None:
     text = generate_latest_of(cache)
     assert _metric(text, "reprise_cache_bypassed", model="m", version="1") == 1
     assert _metric(text, "reprise_cache_bypasses_total", model="m", version="1") == 9
-    # the sampled lookups go on judging: a window that hits 1 % brings every lookup back
+    # the sampled lookups go on judging, in windows of 128 (as many requests as a full
+    # window): one that hits 1 % brings every lookup back
     hot = keys[:40]
     for _ in range(2):
         _put_all(cache, hot)  # stored (the second miss)
-    cache.get("m", 1, keys[_WINDOW:2 * _WINDOW - 20])  # 2,028 misses
+    cache.get("m", 1, keys[_WINDOW:_WINDOW + 127])
     assert cache.bypassed("m", 1)
-    cache.get("m", 1, hot[:20])  # and 20 hits: 0.98 % of the window's 2,048
+    cache.get("m", 1, hot[:1])  # 1 hit of the window's 128: 0.78 %
     assert cache.bypassed("m", 1)
-    cache.get("m", 1, keys[2 * _WINDOW:3 * _WINDOW - 30])
-    cache.get("m", 1, hot[:30])  # 30 hits of 2,048: 1.5 %
+    cache.get("m", 1, keys[_WINDOW + 127:_WINDOW + 253])
+    cache.get("m", 1, hot[:2])  # 2 hits of 128: 1.6 %
     assert not cache.bypassed("m", 1) and cache.looks("m", 1, 1, 1)
     assert _metric(generate_latest_of(cache), "reprise_cache_bypassed", model="m",
                    version="1") == 0

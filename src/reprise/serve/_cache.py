@@ -275,8 +275,8 @@ class ResponseCache:
     always in or always out) falls in one of 16 are still looked up (:meth:`looks`), the
     others go straight to the model, so traffic that never repeats stops paying for keys
     and lookups (~10 % of a LogisticRegression's answer); the sampled lookups go on
-    judging, and the version is looked up in full again as soon as a window hits as
-    often as ``min_hit_rate``. A bypassed request is answered by the model, as without
+    judging, in windows of 128 (as many requests as a full window), and the version is
+    looked up in full again as soon as a window hits as often as ``min_hit_rate``. A bypassed request is answered by the model, as without
     the cache: only the cache's use changes, never an answer."""
 
     def __init__(self, max_bytes: int, registry: Any = None,
@@ -331,12 +331,15 @@ class ResponseCache:
         window = self._window.get((name, version))
         if window is None:
             window = self._window[(name, version)] = [0, 0]
-        if looked - window[0] < _WINDOW:
+        bypassed = (name, version) in self._bypassed
+        # bypassed: a window of 128 sampled lookups, so that it ends after as many requests
+        # (~2,048) as a full one and a version whose rows hit again is noticed as soon
+        if looked - window[0] < (_WINDOW // _SAMPLE if bypassed else _WINDOW):
             return
         rate = (counts[_HIT] - window[1]) / (looked - window[0])
         window[0], window[1] = looked, counts[_HIT]
         bypass = rate < self.min_hit_rate
-        if bypass == ((name, version) in self._bypassed):
+        if bypass == bypassed:
             return
         if bypass:
             self._bypassed.add((name, version))
