@@ -32,6 +32,7 @@ from reprise.serve._cache import (
     ResponseCache,
     _Collector,
     _Doorkeeper,
+    _entry_size,
     input_dtypes,
     row_keys,
 )
@@ -41,6 +42,11 @@ from tests.serve.fakes import SIGNATURE, FakeSource, run, score, serving, wait_u
 DTYPES = input_dtypes(SIGNATURE)
 # these tests look at the table: every miss stored (the default stores on a second miss)
 CACHED = Settings(poll_interval=0.01, cache_mb=1, cache_admit="first", warmup_idle=0)
+
+
+def _held(cache: ResponseCache) -> int:
+    """The bytes of the cache's entries, counted one by one."""
+    return sum(_entry_size(k[2], blob) for k, blob in cache._table.items())
 
 
 def _put(cache: ResponseCache, name: str, version: int, key: bytes, value: float) -> None:
@@ -87,7 +93,7 @@ def test_the_bound_in_bytes_holds_after_every_store(bound: int, door: bool,
     for key, length in ops:
         cache.put("m", 1, [b"%d" % key], {"label": ["x" * length]}, {}, {})
         assert cache.size <= bound
-        assert cache.size == held + sum(size for _, size in cache._table.values())
+        assert cache.size == held + _held(cache)
         assert len(cache) == 0 or cache.size > held
 
 
@@ -227,7 +233,7 @@ def test_invalidate_a_name_or_one_version() -> None:
     assert _get(cache, "m", 1, b"k") is None and _get(cache, "m", 2, b"k") == 2.0
     assert cache.invalidate("m") == 1
     assert _get(cache, "n", 1, b"k") == 9.0
-    assert cache.size == sum(size for _, size in cache._table.values())
+    assert cache.size == _held(cache)
 
 
 def test_keys_are_canonical_for_the_signature() -> None:
@@ -310,7 +316,7 @@ def test_many_threads_get_only_right_answers_and_the_bound_holds() -> None:
         t.join()
     assert errors == []
     assert 0 < cache.size <= cache.max_bytes
-    assert cache.size == sum(size for _, size in cache._table.values())
+    assert cache.size == _held(cache)
 
 
 def test_settings_check_the_bound_and_the_warm_up_period() -> None:
@@ -674,21 +680,26 @@ def test_remembered_layouts_give_the_keys_of_the_plain_path() -> None:
 
 
 def test_entries_are_not_walked_by_the_garbage_collector() -> None:
-    """A full cache holds hundreds of thousands of rows: stored as tuples of atoms, they
-    leave the collector's lists after one collection (as lists, each full collection of a
-    64 MB cache walked ~370,000 objects), and a hit still answers with lists."""
+    """A full cache holds hundreds of thousands of rows: each is one bytes object, which
+    the collector never tracks (as lists, each full collection of a 64 MB cache walked
+    ~370,000 objects); its key leaves the collector's lists after one collection; a hit
+    answers with fresh lists; a row marshal cannot write is not stored."""
     cache = ResponseCache(10**7)
     for i in range(200):
         cache.put("m", 1, [i.to_bytes(16, "big")],
                   {"label": [f"c{i % 3}"], "proba": [[0.25, 0.75]],
                    "nested": [[[1.0], [2.0]]]}, {}, {})
-    for _ in range(4):  # a collection untracks a tuple whose items are untracked by then:
-        gc.collect()  # nested tuples go one level per collection (a served cache's rows
-        # survive many)
+    gc.collect()
     entries = list(cache._table.items())
     assert entries and not any(gc.is_tracked(key) or gc.is_tracked(entry)
                                for key, entry in entries)
+    assert all(type(entry) is bytes for _, entry in entries)
     found, meta = cache.get("m", 1, [(7).to_bytes(16, "big")])
     assert meta is not None and meta[0] == ("label", "proba", "nested")
     assert found == [("c1", [0.25, 0.75], [[1.0], [2.0]])]
     assert type(found[0][1]) is list and type(found[0][2][0]) is list
+    again, _ = cache.get("m", 1, [(7).to_bytes(16, "big")])
+    assert again == found and again[0][1] is not found[0][1]  # no list shared by two hits
+    cache.put("m", 1, [b"np"], {"label": [np.float32(1.0)], "proba": [[0.5, 0.5]],
+                                "nested": [[[1.0]]]}, {}, {})
+    assert cache.get("m", 1, [b"np"])[0] == [None] and len(cache) == 200

@@ -16,16 +16,20 @@ in bytes, and dropped when the versions a name answers with change.
   (hot swap), when a rollout of it starts, changes weight or phase, or ends, and a
   version's entries when it is released.
 * Thread-safe: one lock around the table; hashing runs outside it.
-* Invisible to the cyclic garbage collector: an entry is stored as tuples of atoms (a
-  row's nested lists, such as its probabilities, become tuples; a hit gets lists back),
-  which CPython stops tracking once they survive a collection. As lists, a full 64 MB
-  cache held ~370,000 tracked objects and every full collection walked them (25 ms a
-  pass: bench_cache at a 0 % repeat rate saw p99 1.5-2x and +10 % CPU per answer).
+* One bytes object per row: its outputs in ``marshal``'s format (CPython's own, in C:
+  lists, floats, ints, strings, exact; not pickle: it cannot make arbitrary objects,
+  and only rows this process wrote are ever read back, from memory). A stored row is
+  then invisible to the cyclic garbage collector (bytes are never tracked), counted
+  exactly (``sys.getsizeof``), and a few dozen bytes instead of the ~250 of a tuple of
+  Python floats; a hit gets fresh lists. As lists, a full 64 MB cache held ~370,000
+  tracked objects and every full collection walked them; as tuples of atoms it held
+  ~4 objects a row, interleaved in the heap with every request's objects.
 """
 
 from __future__ import annotations
 
 import logging
+import marshal
 import struct
 import sys
 import threading
@@ -40,13 +44,11 @@ __all__ = ["InputDtypes", "ResponseCache", "input_dtypes", "row_keys"]
 
 _logger = logging.getLogger(__name__)
 
-# What one entry costs beyond its outputs and its key's bytes object: the OrderedDict's
-# node and hash slot, the key tuple (name and version are shared strings/ints), the entry
-# tuple. Measured with tracemalloc in tests/serve/test_cache.py (test_bound_is_real_memory:
-# 360 with a 16-byte digest key, whose bytes object takes 49).
-_ENTRY_OVERHEAD = 311
-_Key = tuple[str, int, bytes]
-_Entry = tuple[tuple[Any, ...], int]  # (one row of each output column, its bytes)
+# What one entry costs beyond its two bytes objects (key and row): the OrderedDict's node
+# and hash slot, the key tuple (name and version are shared strings/ints). Measured with
+# tracemalloc in tests/serve/test_cache.py (test_bound_is_real_memory).
+_ENTRY_OVERHEAD = 240
+_Key = tuple[str, int, bytes]  # an entry's value: marshal.dumps(one row of each column)
 # a version's output description: output names, kinds, row shapes
 _Meta = tuple[tuple[str, ...], dict[str, str], dict[str, tuple[int, ...]]]
 # what the counters of a version count, in order
@@ -199,33 +201,18 @@ def _row_key(head: bytes, cols: list[tuple[Any, tuple[str, type] | None]], i: in
     return blake2b(data, digest_size=16).digest()
 
 
-def _frozen(value: Any) -> Any:
-    """``value`` with its lists, at any depth, as tuples (see the module's docstring)."""
-    return tuple(map(_frozen, value)) if type(value) is list else value
-
-
-def _thaw(value: Any) -> Any:
-    return list(map(_thaw, value)) if type(value) is tuple else value
-
-
-def _thawed(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A stored row with its tuples as lists again, as the model's answer had them."""
-    for v in row:
-        if type(v) is tuple:
-            return tuple(map(_thaw, row))
-    return row
-
-
-def _sizeof(value: Any) -> int:
-    size = sys.getsizeof(value)
+def _plain(value: Any) -> bool:
+    """Whether ``marshal`` writes ``value`` as what it is (exact types: a numpy float64 is
+    a float subclass that marshal would write as its buffer's bytes)."""
     t = type(value)
     if t is list or t is tuple:
-        for v in value:
-            tv = type(v)
-            size += _sizeof(v) if tv is list or tv is tuple or tv is dict else sys.getsizeof(v)
-    elif t is dict:
-        size += sum(_sizeof(k) + _sizeof(v) for k, v in value.items())
-    return size
+        return all(map(_plain, value))
+    return t in _PLAIN
+
+
+def _entry_size(key: bytes, blob: bytes) -> int:
+    """What an entry costs, as the bound counts it (see ``_ENTRY_OVERHEAD``)."""
+    return _ENTRY_OVERHEAD + sys.getsizeof(key) + sys.getsizeof(blob)
 
 
 class _Doorkeeper:
@@ -276,8 +263,9 @@ class ResponseCache:
     others go straight to the model, so traffic that never repeats stops paying for keys
     and lookups (~10 % of a LogisticRegression's answer); the sampled lookups go on
     judging, in windows of 128 (as many requests as a full window), and the version is
-    looked up in full again as soon as a window hits as often as ``min_hit_rate``. A bypassed request is answered by the model, as without
-    the cache: only the cache's use changes, never an answer."""
+    looked up in full again as soon as a window hits as often as ``min_hit_rate``. A
+    bypassed request is answered by the model, as without the cache: only the cache's
+    use changes, never an answer."""
 
     def __init__(self, max_bytes: int, registry: Any = None,
                  doorkeeper: bool = False, min_hit_rate: float = 0.0) -> None:
@@ -296,7 +284,7 @@ class ResponseCache:
             self._door = _Doorkeeper(slots)
         self._room = max_bytes - (slots if self._door is not None else 0)  # for entries
         self._lock = threading.Lock()
-        self._table: OrderedDict[_Key, _Entry] = OrderedDict()
+        self._table: OrderedDict[_Key, bytes] = OrderedDict()
         self._bytes = 0
         # (name, version) -> (output names, kinds, row shapes) of its last answer
         self._meta: dict[tuple[str, int], _Meta] = {}
@@ -369,6 +357,7 @@ class ResponseCache:
             ) -> tuple[list[tuple[Any, ...] | None], _Meta | None]:
         """Each key's output row (``None``: a miss; hits become most recently used) and the
         version's output description (names, kinds, row shapes)."""
+        loads = marshal.loads
         with self._lock:
             table = self._table
             entries = [table.get((name, version, key)) for key in keys]
@@ -389,7 +378,7 @@ class ResponseCache:
                     found.append(None)
                 else:
                     table.move_to_end((name, version, key))
-                    found.append(_thawed(entry[0]))
+                    found.append(loads(entry))
         return found, meta
 
     def put(self, name: str, version: int, keys: Sequence[bytes],
@@ -408,9 +397,15 @@ class ResponseCache:
                     self._counters(name, version)[_SKIP] += len(keys) - len(index)
                 if not index:
                     return
-        rows = [tuple([_frozen(c[i]) for c in cols]) for i in index]
-        sizes = [_ENTRY_OVERHEAD + sys.getsizeof(keys[i]) + _sizeof(row)
-                 for i, row in zip(index, rows, strict=True)]
+        # a column with a kind came from a numpy array's tolist(): plain Python values; the
+        # others are checked, since marshal would write a numpy scalar (a buffer) as bytes
+        unsure = [c for n, c in zip(names, cols, strict=True) if n not in kinds]
+        blobs: list[tuple[int, bytes]] = []
+        dumps = marshal.dumps
+        for i in index:
+            if unsure and not all(_plain(c[i]) for c in unsure):
+                continue  # not stored: answered by the model each time
+            blobs.append((i, dumps(tuple([c[i] for c in cols]))))
         room = self._room
         with self._lock:
             meta = self._meta.get((name, version))
@@ -420,24 +415,26 @@ class ResponseCache:
                     self._drop_locked(lambda k: k[0] == name and k[1] == version)
                 self._meta[(name, version)] = (names, dict(kinds), dict(shapes))
             table = self._table
-            for i, row, size in zip(index, rows, sizes, strict=True):
+            for i, blob in blobs:
+                key = keys[i]
+                size = _entry_size(key, blob)
                 if size > room:
                     continue
-                full = (name, version, keys[i])
+                full = (name, version, key)
                 old = table.pop(full, None)
                 if old is not None:
-                    self._bytes -= old[1]
+                    self._bytes -= _entry_size(key, old)
                 while self._bytes + size > room:  # room first: never over
-                    (ename, eversion, _), (_, esize) = table.popitem(last=False)
-                    self._bytes -= esize
+                    (ename, eversion, ekey), eblob = table.popitem(last=False)
+                    self._bytes -= _entry_size(ekey, eblob)
                     self._counters(ename, eversion)[_EVICT] += 1
-                table[full] = (row, size)
+                table[full] = blob
                 self._bytes += size
 
     def _drop_locked(self, match: Any) -> dict[tuple[str, int], int]:
         dropped: dict[tuple[str, int], int] = {}
         for full in [k for k in self._table if match(k)]:
-            self._bytes -= self._table.pop(full)[1]
+            self._bytes -= _entry_size(full[2], self._table.pop(full))
             dropped[(full[0], full[1])] = dropped.get((full[0], full[1]), 0) + 1
         return dropped
 
