@@ -5,13 +5,15 @@ and coercion, so ``{"a": 1, "b": 2}`` and ``{"b": 2.0, "a": 1}`` for float colum
 row) and the cache must be per row (a batch request is served partly from it), bounded
 in bytes, and dropped when the versions a name answers with change.
 
-* Key: ``(name, version, blake2b of the row's canonical encoding)``. The version is the
-  one that answered, so versions never share answers (a rollout's candidate answers come
+* Key: ``(name, version, row key)``, the row key being an all-float row's values packed
+  (:func:`row_keys`), else a blake2b of its canonical encoding. The version is the one
+  that answered, so versions never share answers (a rollout's candidate answers come
   from the candidate) and an immutable version's answers stay true while it is served.
-* Bound: the bytes of each entry (its outputs, measured with ``sys.getsizeof`` through
-  lists and tuples, plus the key and the bookkeeping of one entry) are counted; storing
-  beyond ``max_bytes`` evicts the least recently used entries first. An entry larger than
-  the whole bound is not stored.
+* Bound: the bytes of each entry (its key's and its row's bytes objects, plus the
+  bookkeeping of one entry) are counted, and the doorkeeper's bit array; storing beyond
+  ``max_bytes`` evicts the least recently used entries first. An entry larger than the
+  whole bound is not stored.
+* Admission and bypass: see :class:`ResponseCache`.
 * Invalidation (``invalidate``): the server drops a name's entries when its alias moves
   (hot swap), when a rollout of it starts, changes weight or phase, or ends, and a
   version's entries when it is released.
