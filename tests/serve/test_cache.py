@@ -141,13 +141,21 @@ def test_a_version_that_never_hits_is_looked_up_one_request_in_16() -> None:
     assert not cache.bypassed("m", 1)
     cache.get("m", 1, keys[_WINDOW - 1:_WINDOW])  # a window of 2,048 rows without a hit
     assert cache.bypassed("m", 1) and not cache.bypassed("m", 2)
-    assert [cache.looks("m", 1, s, 3) for s in (0, 1, 15, 16, 32, 33)] == \
-        [True, False, False, True, True, False]
+    assert [cache.looks("m", 1, s, 3) for s in (0, 1, 15, 16, 32, 33, -16)] == \
+        [True, False, False, True, True, False, True]
     assert cache._counts[("m", 1)][5] == 9  # three requests of 3 rows went straight by
     assert cache.looks("m", 2, 1, 1)  # another version: its own verdict
     text = generate_latest_of(cache)
     assert _metric(text, "reprise_cache_bypassed", model="m", version="1") == 1
     assert _metric(text, "reprise_cache_bypasses_total", model="m", version="1") == 9
+    # each window without hits samples another sixteenth of the bodies, so a hot request
+    # outside the first one is looked up in time
+    assert not cache.looks("m", 1, 5, 1)
+    turned = 0
+    while not cache.looks("m", 1, 5, 1):
+        cache.get("m", 1, keys[2 * _WINDOW + 128 * turned:2 * _WINDOW + 128 * (turned + 1)])
+        turned += 1
+    assert turned == 11 and cache.bypassed("m", 1)  # (5 + 11) % 16 == 0
     # the sampled lookups go on judging, in windows of 128 (as many requests as a full
     # window): one that hits 1 % brings every lookup back
     hot = keys[:40]
@@ -272,14 +280,18 @@ def test_float_rows_are_keyed_by_their_packed_values() -> None:
     # the names are in the tag: the same values under other names are another row
     assert row_keys({"a": [0.1], "c": [2]}, 1, InputDtypes({"a": "float", "c": "float"})
                     ) != [key]
-    # several rows at once give each row's key alone; numpy columns (the OIP) the same
+    # several rows at once give each row's key alone
     batch = {"a": [0.1, 0.2, 0.3], "b": [2.0, 3.0, 4.0]}
     assert row_keys(batch, 3, floats) == [row_keys({"a": [a], "b": [b]}, 1, floats)[0]
                                           for a, b in zip(batch["a"], batch["b"], strict=True)]
-    assert row_keys({k: np.array(v, dtype="<f4" if k == "a" else "<f8")
-                     for k, v in batch.items()}, 3, floats)[1:] == \
-        row_keys({"a": [float(np.float32(0.2)), float(np.float32(0.3))],
-                  "b": [3.0, 4.0]}, 2, floats)
+    # numpy columns (programmatic use) are keyed value by value, their dtypes kept apart:
+    # a float32 column is not the float64 values it would pack as
+    as32 = row_keys({k: np.array(v, dtype="<f4" if k == "a" else "<f8")
+                     for k, v in batch.items()}, 3, floats)
+    as64 = row_keys({k: np.array(v, dtype="<f8") for k, v in batch.items()}, 3, floats)
+    assert all(len(k) == 16 for k in as32 + as64) and not set(as32) & set(as64)
+    assert not set(as32) & set(row_keys({"a": [float(np.float32(v)) for v in batch["a"]],
+                                         "b": batch["b"]}, 3, floats))
     # a value struct refuses (None, a string): a 16-byte digest of the row, never equal
     # to a packed key, and distinct from the float it is not
     odd = [row_keys({"a": [v], "b": [2.0]}, 1, floats)[0] for v in (None, "0.1", [0.1])]
@@ -703,3 +715,12 @@ def test_entries_are_not_walked_by_the_garbage_collector() -> None:
     cache.put("m", 1, [b"np"], {"label": [np.float32(1.0)], "proba": [[0.5, 0.5]],
                                 "nested": [[[1.0]]]}, {}, {})
     assert cache.get("m", 1, [b"np"])[0] == [None] and len(cache) == 200
+    # an object column (its tolist() keeps numpy scalars) and a datetime one (marshal
+    # refuses datetimes): not stored, and the answer is not failed for it
+    import datetime
+
+    cache.put("o", 1, [b"obj"], {"score": [np.float64(0.5)]}, {"score": "O"}, {})
+    cache.put("o", 1, [b"when"], {"score": [datetime.datetime(2026, 1, 1)]},
+              {"score": "M8[us]"}, {})
+    cache.put("o", 1, [b"float"], {"score": [0.5]}, {"score": "f8"}, {})
+    assert cache.get("o", 1, [b"obj", b"when", b"float"])[0] == [None, None, (0.5,)]

@@ -160,7 +160,10 @@ def row_keys(columns: dict[str, Any], rows: int,
         layout = _Layout(list(columns), dtypes)
     cols = layout.take(columns)
     pairs = list(zip(cols, layout.cols, strict=True))
-    if not (layout.fast and layout.names):
+    # packed only from lists (JSON's values, and the OIP's once decoded): numpy columns
+    # (programmatic use) keep _canonical's care for dtypes (a float32 or longdouble value
+    # is not the float64 it packs as)
+    if not (layout.fast and layout.names) or set(map(type, cols)) != _LIST:
         return [_row_key(layout.head, pairs, i) for i in range(rows)]
     tag, pack = layout.tag, layout.packer.pack  # all float fields: packed, in C
     try:
@@ -178,6 +181,7 @@ def row_keys(columns: dict[str, Any], rows: int,
 
 
 _UNPACKED = (struct.error, TypeError, OverflowError, ValueError)  # what pack may raise
+_LIST = {list}
 
 
 def _row_key(head: bytes, cols: list[tuple[Any, tuple[str, type] | None]], i: int) -> bytes:
@@ -201,6 +205,11 @@ def _row_key(head: bytes, cols: list[tuple[Any, tuple[str, type] | None]], i: in
     data = b"".join((head, "".join(tags).encode(), struct.pack(f"<{len(floats)}d", *floats),
                      repr(others).encode("utf-8", "surrogatepass") if others else b""))
     return blake2b(data, digest_size=16).digest()
+
+
+# numpy kinds whose tolist() gives exact plain values: bool, int, uint, float, complex,
+# bytes, str (not "O" objects as they are, nor "M"/"m" datetimes)
+_TOLIST_PLAIN = frozenset("biufcSU")
 
 
 def _plain(value: Any) -> bool:
@@ -278,6 +287,7 @@ class ResponseCache:
         self.max_bytes = max_bytes
         self.min_hit_rate = min_hit_rate
         self._bypassed: set[tuple[str, int]] = set()  # versions whose lookups are sampled
+        self._salt = 0  # which sixteenth of request bodies is sampled (turns every window)
         # (name, version) -> [rows looked up, hits] when its current window began
         self._window: dict[tuple[str, int], list[int]] = {}
         self._door: _Doorkeeper | None = None
@@ -308,40 +318,45 @@ class ResponseCache:
         """Whether to look up a request of ``rows`` rows for this version: yes unless the
         version is bypassed and ``sample`` falls outside the sampled sixteenth (then the
         rows are counted as bypassed)."""
-        if (name, version) not in self._bypassed or sample % _SAMPLE == 0:
+        if (name, version) not in self._bypassed or (sample + self._salt) % _SAMPLE == 0:
             return True
         with self._lock:
             self._counters(name, version)[_BYPASS] += rows
         return False
 
-    def _judge(self, name: str, version: int, counts: list[int]) -> None:
-        """At the end of a window of lookups: bypass the version or stop bypassing it
-        (with the lock held)."""
+    def _judge(self, name: str, version: int, counts: list[int], rows: int,
+               hits: int) -> None:
+        """After a lookup of ``rows`` rows (``hits`` of them hits), at the end of a window
+        of lookups: bypass the version or stop bypassing it (with the lock held)."""
         looked = counts[_HIT] + counts[_MISS]
         window = self._window.get((name, version))
-        if window is None:
-            window = self._window[(name, version)] = [0, 0]
+        if window is None:  # the first window (or the first after a release) began with
+            # this lookup, not with the version's lifetime counts
+            window = self._window[(name, version)] = [looked - rows, counts[_HIT] - hits]
         bypassed = (name, version) in self._bypassed
         # bypassed: a window of 128 sampled lookups, so that it ends after as many requests
         # (~2,048) as a full one and a version whose rows hit again is noticed as soon
-        if looked - window[0] < (_WINDOW // _SAMPLE if bypassed else _WINDOW):
+        size = looked - window[0]
+        if size < (_WINDOW // _SAMPLE if bypassed else _WINDOW):
             return
-        rate = (counts[_HIT] - window[1]) / (looked - window[0])
+        rate = (counts[_HIT] - window[1]) / size
         window[0], window[1] = looked, counts[_HIT]
         bypass = rate < self.min_hit_rate
+        if bypass and bypassed:  # another sixteenth of the bodies next: hot requests
+            self._salt = (self._salt + 1) % _SAMPLE  # outside this one are seen too
         if bypass == bypassed:
             return
         if bypass:
             self._bypassed.add((name, version))
             _logger.info("response cache: %s version %d hit %.2f %% of its last %d rows "
                          "(minimum %.2f %%): looking up one request in %d until they hit "
-                         "again", name, version, 100 * rate, _WINDOW, 100 * self.min_hit_rate,
+                         "again", name, version, 100 * rate, size, 100 * self.min_hit_rate,
                          _SAMPLE)
         else:
             self._bypassed.discard((name, version))
             _logger.info("response cache: %s version %d hits again (%.2f %% of the last "
                          "%d rows looked up): looking up every request", name, version,
-                         100 * rate, _WINDOW)
+                         100 * rate, size)
 
     def bypassed(self, name: str, version: int) -> bool:
         """Whether the version's lookups are sampled (its rows hit too rarely)."""
@@ -371,7 +386,7 @@ class ResponseCache:
             counts[_HIT] += hits
             counts[_MISS] += len(keys) - hits
             if self.min_hit_rate:
-                self._judge(name, version, counts)
+                self._judge(name, version, counts, len(keys), hits)
             if not hits:
                 return [None] * len(keys), meta
             found: list[tuple[Any, ...] | None] = []
@@ -399,15 +414,20 @@ class ResponseCache:
                     self._counters(name, version)[_SKIP] += len(keys) - len(index)
                 if not index:
                     return
-        # a column with a kind came from a numpy array's tolist(): plain Python values; the
-        # others are checked, since marshal would write a numpy scalar (a buffer) as bytes
-        unsure = [c for n, c in zip(names, cols, strict=True) if n not in kinds]
+        # a column of a numeric or string numpy kind came from tolist(): plain Python values;
+        # the others (object, datetime, no kind) are checked, since marshal would write a
+        # numpy scalar (a buffer) as its bytes, and refuses a datetime or a Decimal
+        unsure = [c for n, c in zip(names, cols, strict=True)
+                  if kinds.get(n, "O")[:1] not in _TOLIST_PLAIN]
         blobs: list[tuple[int, bytes]] = []
         dumps = marshal.dumps
         for i in index:
             if unsure and not all(_plain(c[i]) for c in unsure):
                 continue  # not stored: answered by the model each time
-            blobs.append((i, dumps(tuple([c[i] for c in cols]))))
+            try:
+                blobs.append((i, dumps(tuple([c[i] for c in cols]))))
+            except ValueError:  # cannot be after the checks; never fail an answer for it
+                continue
         room = self._room
         with self._lock:
             meta = self._meta.get((name, version))
