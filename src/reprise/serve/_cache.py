@@ -159,11 +159,11 @@ def row_keys(columns: dict[str, Any], rows: int,
     else:
         layout = _Layout(list(columns), dtypes)
     cols = layout.take(columns)
-    pairs = list(zip(cols, layout.cols, strict=True))
     # packed only from lists (JSON's values, and the OIP's once decoded): numpy columns
     # (programmatic use) keep _canonical's care for dtypes (a float32 or longdouble value
     # is not the float64 it packs as)
     if not (layout.fast and layout.names) or set(map(type, cols)) != _LIST:
+        pairs = list(zip(cols, layout.cols, strict=True))
         return [_row_key(layout.head, pairs, i) for i in range(rows)]
     tag, pack = layout.tag, layout.packer.pack  # all float fields: packed, in C
     try:
@@ -171,6 +171,7 @@ def row_keys(columns: dict[str, Any], rows: int,
             return [tag + pack(*chain.from_iterable(cols))]
         return [tag + pack(*values) for values in zip(*cols, strict=True)]
     except _UNPACKED:  # not all numbers (None, a string, ...): row by row
+        pairs = list(zip(cols, layout.cols, strict=True))
         keys = []
         for i, values in enumerate(zip(*cols, strict=True)):
             try:
