@@ -27,6 +27,7 @@ from reprise.registry import RegistrySource, promote, register_package
 from reprise.serve import Settings, abort_rollout, start_rollout
 from reprise.serve._cache import (
     _MAX_LAYOUTS,
+    _ROW_GUESS,
     _WINDOW,
     InputDtypes,
     ResponseCache,
@@ -98,12 +99,21 @@ def test_the_bound_in_bytes_holds_after_every_store(bound: int, door: bool,
 
 
 def test_the_doorkeeper_stores_a_row_when_it_misses_a_second_time() -> None:
-    cache = ResponseCache(1 << 20, doorkeeper=True)
-    assert cache.size == (1 << 20) // 64  # its bit array, within the bound
+    cache = ResponseCache(1 << 16, doorkeeper=True)
+    assert cache.size == (1 << 16) // 64  # its bit array, within the bound
+    # while there is room, every miss is stored (it evicts nothing)
     _put(cache, "m", 1, b"k", 1.0)
-    assert len(cache) == 0 and _get(cache, "m", 1, b"k") is None
-    _put(cache, "m", 1, b"k", 1.0)  # the second miss: stored
     assert _get(cache, "m", 1, b"k") == 1.0
+    filler = 0
+    while cache._bytes + _ROW_GUESS <= cache._room:  # fill it (other version: own counts)
+        _put(cache, "m", 2, b"f%d" % filler, 0.0)
+        filler += 1
+    assert ("m", 2) not in cache._counts and len(cache) == filler + 1  # none skipped
+    # full: a row is stored only on its second miss, evicting the least recently used
+    _put(cache, "m", 1, b"n", 1.0)
+    assert len(cache) == filler + 1 and _get(cache, "m", 1, b"n") is None
+    _put(cache, "m", 1, b"n", 1.0)  # the second miss: stored
+    assert _get(cache, "m", 1, b"n") == 1.0
     # a batch: only its rows seen before are stored
     cache.put("m", 1, [b"a", b"b"], {"score": [2.0, 3.0], "label": ["y", "z"]},
               {"score": "f8"}, {})
@@ -111,7 +121,10 @@ def test_the_doorkeeper_stores_a_row_when_it_misses_a_second_time() -> None:
               {"score": "f8"}, {})
     assert [_get(cache, "m", 1, k) for k in (b"a", b"b", b"c")] == [2.0, None, None]
     # hits, misses, evictions, invalidations, first misses not stored, bypassed
-    assert cache._counts[("m", 1)] == [2, 3, 0, 0, 4, 0]
+    assert cache._counts[("m", 1)] == [3, 3, 1, 0, 4, 0]
+    # the two rows stored evicted the least recently used: "k" (used before the fillers
+    # were stored), then the first filler
+    assert cache._counts[("m", 2)][2] == 1 and _get(cache, "m", 2, b"f1") == 0.0
     text = generate_latest_of(cache)
     assert _metric(text, "reprise_cache_unadmitted_total", model="m", version="1") == 4
     assert _metric(text, "reprise_cache_bytes") == cache.size
@@ -628,7 +641,7 @@ def test_a_server_whose_traffic_never_repeats_stops_looking_up() -> None:
     run(main())
 
 
-def test_by_default_the_server_stores_a_row_on_its_second_miss() -> None:
+def test_by_default_the_server_stores_a_row_on_its_first_miss_while_there_is_room() -> None:
     source = FakeSource()
     model = source.models["churn"][1]
 
@@ -640,12 +653,12 @@ def test_by_default_the_server_stores_a_row_on_its_second_miss() -> None:
             for _ in range(4):
                 assert _scores(await c.post("/v1/models/churn/predict", json=[_row(1)])) \
                     == [score(1.0, 1, "gold", 1)]
-            assert model.batches == [1, 1]  # asked, asked again (stored), then hits
+            assert model.batches == [1]  # asked (stored: the table has room), then hits
             text = (await c.get("/metrics")).text
             labels = {"model": "churn", "version": "1"}
-            assert _metric(text, "reprise_cache_hits_total", **labels) == 2
-            assert _metric(text, "reprise_cache_misses_total", **labels) == 2
-            assert _metric(text, "reprise_cache_unadmitted_total", **labels) == 1
+            assert _metric(text, "reprise_cache_hits_total", **labels) == 3
+            assert _metric(text, "reprise_cache_misses_total", **labels) == 1
+            assert _metric(text, "reprise_cache_unadmitted_total", **labels) == 0
             assert _metric(text, "reprise_cache_bytes") == app.state.reprise.cache.size
     run(main())
 

@@ -95,8 +95,9 @@ def serve(
         help="Response cache: keep answers of recent rows, per model version, up to this "
              "many MiB (0: no cache).")] = 0.0,
     cache_admit: Annotated[str, typer.Option(
-        help="second: store a row's answer when the row misses a second time (a row asked "
-             "once costs no store); first: store every miss.")] = "second",
+        help="second: once the cache is full, store a row's answer when the row misses a "
+             "second time (a row asked once costs no store and evicts nothing; while there "
+             "is room, every miss is stored); first: store every miss.")] = "second",
     cache_min_hit_rate: Annotated[float, typer.Option(
         help="A version whose rows hit less often than this has only one request in 16 "
              "looked up until they hit again (0: always look up).")] = 0.01,

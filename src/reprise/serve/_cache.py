@@ -258,15 +258,21 @@ class _Doorkeeper:
 
 
 _MIN_DOOR = 64  # a bound under 64 x this many bytes has no doorkeeper: it admits all
+# an entry's bytes as the admission guesses them (a packed key of 20 floats and a row of a
+# few outputs: ~330): "would storing this request's rows evict?"
+_ROW_GUESS = 384
 
 
 class ResponseCache:
     """A bounded, thread-safe LRU of output rows keyed by model version and input row.
 
-    With ``doorkeeper`` (the server's default, ``--cache-admit second``), a row is stored
-    only when it misses a second time: a row asked once (most rows of most traffic) costs
-    a probe of a bit array instead of a store, which was half of what a miss cost. The
-    doorkeeper's bytes (1/64 of the bound) count in the bound.
+    With ``doorkeeper`` (the server's default, ``--cache-admit second``), once the table
+    is full a row is stored only when it misses a second time: a row asked once (most rows
+    of most traffic) then costs a probe of a bit array instead of a store (half of what a
+    miss cost) and evicts no row that may be asked again. While the table has room, every
+    miss is stored (as W-TinyLFU admits freely until full: storing evicts nothing, and a
+    row repeated once is a hit at once). The doorkeeper's bytes (1/64 of the bound) count
+    in the bound.
 
     With ``min_hit_rate`` (the server's default: 0.01), a version whose rows hit less
     often than that over a window of 2,048 lookups is *bypassed*: only requests whose
@@ -408,7 +414,10 @@ class ResponseCache:
         cols = [outputs[n] for n in names]
         index: Sequence[int] = range(len(keys))
         door = self._door
-        if door is not None:  # without the lock: a race only changes what is stored
+        # the doorkeeper guards a full table only (as W-TinyLFU's admission: a row stored
+        # in free room evicts nothing, so it costs no other row its place); read without
+        # the lock: a race only changes what is stored
+        if door is not None and self._bytes + len(keys) * _ROW_GUESS > self._room:
             index = [i for i in index if door.seen(keys[i])]
             if len(index) < len(keys):
                 with self._lock:
@@ -486,7 +495,7 @@ _FAMILIES = {
     "drop": ("reprise_cache_invalidations", "Entries dropped because the versions a model "
              "answers with changed."),
     "skip": ("reprise_cache_unadmitted", "Rows computed and not stored: their first miss "
-             "(the doorkeeper stores a row when it misses again)."),
+             "(once the cache is full, the doorkeeper stores a row when it misses again)."),
     "bypass": ("reprise_cache_bypasses", "Rows answered by the model without a lookup: "
                "their version hit less often than the minimum hit rate (one request in 16 "
                "is still looked up)."),
