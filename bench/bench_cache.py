@@ -12,11 +12,13 @@ request repeats, with probability 0.5, a row sent earlier in the stream (uniform
 the last 1,000) and is otherwise a fresh random row; at 0 % every row is fresh, so the
 cache only costs (its keys and lookups until it bypasses itself, then one request in 16).
 The cache server runs with its defaults (``--cache-admit second``,
-``--cache-min-hit-rate 0.01``). All rounds of one rate run together (0 % first), so each
-rate is measured in its steady state. In each window both servers are loaded at once,
-one wrk each, with the same stream from the same start (with httpx: in turn), after a
-one-second warm-up alike: on this shared machine consecutive windows drift by ±25 %,
-which alternating windows could not tell from a 3 % cost. Figures are medians over the
+``--cache-min-hit-rate 0.01``). Each round (7 per rate, 0 % first) starts both servers
+anew, the one started first alternating (an A/A check found the server started second
+~2 % cheaper), so no round inherits another's state. In each window both servers are
+loaded at once, one wrk each, with the same stream from the same start (with httpx: in
+turn), after a two-second warm-up alike in which a fresh cache reaches its steady state
+(at 0 %: bypassed): on this shared machine consecutive windows drift by ±25 %, which
+alternating windows could not tell from a 3 % cost. Figures are medians over the
 rounds: requests/s, p50/p99, and the server's CPU µs per answer (from /proc); ratios
 are medians of each window's paired ratio. Goals: more requests/s at 50 %; at 0 % an
 overhead ≤ 3 %. The clients run on the same cores as the servers, so requests/s
@@ -50,7 +52,9 @@ from bench_request_log import cpu_seconds
 from bench_serve import Server, ensure_wrk, run_wrk, start, stop, wait_ready
 
 CONCURRENCY = 8
-WARM_BODIES = 12_000  # the warm-up second's stream (wrk sends up to ~8,000 a second here)
+WARM_BODIES = 24_000  # the warm-up's stream (wrk sends up to ~8,000 a second here)
+WARM_S = 2.0  # the warm-up: a fresh cache server reaches its steady state (its first
+# window of 2,048 lookups judged, or a 50 % stream's rows stored) well within it
 RATES = (0.0, 0.5)
 GOALS = {"cache_rps_vs_none_at_50": (">=", 1.0), "overhead_at_0": ("<=", 0.03)}
 
@@ -109,7 +113,7 @@ def measure_together(servers: list[Server], cached: Server, bodies: list[bytes],
     stream, from the same start) at the same time: each sees the same host, so the ratio
     of their CPU per answer, and of their requests/s, is free of the host's drift between
     windows (±25 % from one 5-second window to the next on this shared machine, where
-    alternating windows could not resolve 3 %). After a one-second warm-up alike."""
+    alternating windows could not resolve 3 %). After a warm-up alike (``WARM_S``)."""
     from concurrent.futures import ThreadPoolExecutor
 
     path = work / "bodies.txt"
@@ -123,7 +127,7 @@ def measure_together(servers: list[Server], cached: Server, bodies: list[bytes],
                                    stream=True) for s in servers]
             return [f.result() for f in futures]
 
-    load(warm, 1.0)
+    load(warm, WARM_S)
     h0, m0 = (metric(cached, f"reprise_cache_{k}_total") for k in ("hits", "misses"))
     pids = [s.proc.pid for s in servers if s.proc is not None]
     cpu0 = [cpu_seconds(pid) for pid in pids]
@@ -227,7 +231,7 @@ def first_after_idle(servers: list[Server], idle: float, repeats: int, seed: int
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--seconds", type=float, default=5.0, help="per measurement")
     ap.add_argument("--idle", type=float, default=5.0, help="idle seconds before a first "
                     "request (the warming server's --warmup-idle is 1)")
@@ -255,11 +259,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     pair = [plain, cached]
     samples: dict[str, list[dict[str, float]]] = {}
     hit_rates: dict[str, list[float]] = {}
-    try:
+
+    def fresh(first: Server) -> None:
+        """Both servers started anew, ``first`` first: which one a round starts first
+        alternates (on this machine the server started second ran ~2 % cheaper in an A/A
+        check), and no round inherits another's state."""
         for s in pair:
+            stop(s)
+        for s in (first, *(s for s in pair if s is not first)):
             start(s)
         for s in pair:
             wait_ready(s, expected)
+
+    try:
+        fresh(plain)
         same_answers(plain, cached, stream(99, 30, 0.0))
         wrk = ensure_wrk()
         if wrk is None:
@@ -267,11 +280,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   "Python client, not the server, sets the pace")
         # more than either server answers in a window (wrk: ~8,000 a second here)
         n = int(args.seconds * (16_000 if wrk else 4000)) + WARM_BODIES
-        for rate in RATES:  # all rounds of a rate together: each rate's steady state (after
-            # a 50 % window a cache server still holds its state into the next 0 % one)
+        for rate in RATES:
             for r in range(args.repeats):
                 bodies = stream(1000 * r + int(rate * 100), n, rate)
                 order = pair[r % 2:] + pair[:r % 2]
+                fresh(order[1])  # its own servers: each round starts from the same state
                 if wrk is not None and work is not None:  # both at once (the same host)
                     together = measure_together(order, cached, bodies, args.seconds, wrk,
                                                 work)

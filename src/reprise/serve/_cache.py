@@ -267,12 +267,13 @@ class ResponseCache:
     """A bounded, thread-safe LRU of output rows keyed by model version and input row.
 
     With ``doorkeeper`` (the server's default, ``--cache-admit second``), once the table
-    is full a row is stored only when it misses a second time: a row asked once (most rows
-    of most traffic) then costs a probe of a bit array instead of a store (half of what a
-    miss cost) and evicts no row that may be asked again. While the table has room, every
-    miss is stored (as W-TinyLFU admits freely until full: storing evicts nothing, and a
-    row repeated once is a hit at once). The doorkeeper's bytes (1/64 of the bound) count
-    in the bound.
+    is full, and for a bypassed version, a row is stored only when it misses a second
+    time: a row asked once (most rows of most traffic) then costs a probe of a bit array
+    instead of a store (half of what a miss cost) and evicts no row that may be asked
+    again. While the table has room, every miss of a version looked up in full is stored
+    (as W-TinyLFU admits freely until full: storing evicts nothing, and a row repeated
+    once is a hit at once). The doorkeeper's bytes (1/64 of the bound) count in the
+    bound.
 
     With ``min_hit_rate`` (the server's default: 0.01), a version whose rows hit less
     often than that over a window of 2,048 lookups is *bypassed*: only requests whose
@@ -414,10 +415,12 @@ class ResponseCache:
         cols = [outputs[n] for n in names]
         index: Sequence[int] = range(len(keys))
         door = self._door
-        # the doorkeeper guards a full table only (as W-TinyLFU's admission: a row stored
-        # in free room evicts nothing, so it costs no other row its place); read without
-        # the lock: a race only changes what is stored
-        if door is not None and self._bytes + len(keys) * _ROW_GUESS > self._room:
+        # the doorkeeper guards a full table (as W-TinyLFU's admission: a row stored in
+        # free room evicts nothing, so it costs no other row its place) and a bypassed
+        # version (its rows hardly repeat: a probe instead of a store per sampled row);
+        # read without the lock: a race only changes what is stored
+        if door is not None and (self._bytes + len(keys) * _ROW_GUESS > self._room
+                                 or (name, version) in self._bypassed):
             index = [i for i in index if door.seen(keys[i])]
             if len(index) < len(keys):
                 with self._lock:

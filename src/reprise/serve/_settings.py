@@ -104,9 +104,10 @@ class Settings:
             ``OTEL_*`` environment variables (the ``otel`` extra).
         cache_mb: the response cache's bound in MiB (answers of recent rows per model
             version, ``_cache.py``); 0: no cache.
-        cache_admit: ``"second"``: once the cache is full, a row is stored the second
-            time it misses (a doorkeeper remembers first misses; a row asked once costs
-            no store and evicts nothing); while it has room, every miss is stored;
+        cache_admit: ``"second"``: once the cache is full (or while the version is
+            bypassed), a row is stored the second time it misses (a doorkeeper
+            remembers first misses; a row asked once costs no store and evicts
+            nothing); while it has room, every miss is stored;
             ``"first"``: every miss is stored.
         cache_min_hit_rate: a version whose rows hit less often than this (over a window
             of 2,048 lookups) has only one request in 16 looked up until they hit again,
