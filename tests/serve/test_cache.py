@@ -146,7 +146,7 @@ def test_the_doorkeeper_forgets_after_an_eighth_of_its_slots() -> None:
     assert sum(big.seen(b"%d" % i) for i in range(1000)) <= 10
 
 
-def test_a_version_that_never_hits_is_looked_up_one_request_in_16() -> None:
+def test_a_version_that_never_hits_is_looked_up_one_request_in_64() -> None:
     cache = ResponseCache(1 << 22, doorkeeper=True, min_hit_rate=0.01)
     keys = [b"%d" % i for i in range(4 * _WINDOW)]
     assert cache.looks("m", 1, 5, 1)  # not judged yet: every request is looked up
@@ -154,23 +154,23 @@ def test_a_version_that_never_hits_is_looked_up_one_request_in_16() -> None:
     assert not cache.bypassed("m", 1)
     cache.get("m", 1, keys[_WINDOW - 1:_WINDOW])  # a window of 2,048 rows without a hit
     assert cache.bypassed("m", 1) and not cache.bypassed("m", 2)
-    assert [cache.looks("m", 1, s, 3) for s in (0, 1, 15, 16, 32, 33, -16)] == \
+    assert [cache.looks("m", 1, s, 3) for s in (0, 1, 63, 64, 128, 129, -64)] == \
         [True, False, False, True, True, False, True]
     assert cache._counts[("m", 1)][5] == 9  # three requests of 3 rows went straight by
     assert cache.looks("m", 2, 1, 1)  # another version: its own verdict
     text = generate_latest_of(cache)
     assert _metric(text, "reprise_cache_bypassed", model="m", version="1") == 1
     assert _metric(text, "reprise_cache_bypasses_total", model="m", version="1") == 9
-    # each window without hits samples another sixteenth of the bodies, so a hot request
+    # each window without hits samples another 64th of the bodies, so a hot request
     # outside the first one is looked up in time
-    assert not cache.looks("m", 1, 5, 1)
+    assert not cache.looks("m", 1, 60, 1)
     turned = 0
-    while not cache.looks("m", 1, 5, 1):
+    while not cache.looks("m", 1, 60, 1):
         cache.get("m", 1, keys[2 * _WINDOW + 128 * turned:2 * _WINDOW + 128 * (turned + 1)])
         turned += 1
-    assert turned == 11 and cache.bypassed("m", 1)  # (5 + 11) % 16 == 0
-    # the sampled lookups go on judging, in windows of 128 (as many requests as a full
-    # window): one that hits 1 % brings every lookup back
+    assert turned == 4 and cache.bypassed("m", 1)  # (60 + 4) % 64 == 0
+    # the sampled lookups go on judging, in windows of 128 (~8,192 requests): one that
+    # hits 1 % brings every lookup back
     hot = keys[:40]
     _put_all(cache, hot)  # bypassed: the doorkeeper's even with room (a first miss)
     assert len(cache) == 0 and cache._counts[("m", 1)][4] == 40

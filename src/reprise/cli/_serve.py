@@ -99,7 +99,7 @@ def serve(
              "second time (a row asked once costs no store and evicts nothing; while there "
              "is room, every miss is stored); first: store every miss.")] = "second",
     cache_min_hit_rate: Annotated[float, typer.Option(
-        help="A version whose rows hit less often than this has only one request in 16 "
+        help="A version whose rows hit less often than this has only one request in 64 "
              "looked up until they hit again (0: always look up).")] = 0.01,
     warmup_idle: Annotated[float, typer.Option(
         help="Seconds a served version may stay idle before a warm-up call with its "

@@ -110,7 +110,7 @@ class Settings:
             nothing); while it has room, every miss is stored;
             ``"first"``: every miss is stored.
         cache_min_hit_rate: a version whose rows hit less often than this (over a window
-            of 2,048 lookups) has only one request in 16 looked up until they hit again,
+            of 2,048 lookups) has only one request in 64 looked up until they hit again,
             so traffic that never repeats stops paying for the cache; 0: always look up.
         warmup_idle: a served version idle this many seconds gets a warm-up call with its
             package's example rows (then again after each such period while idle), so the
