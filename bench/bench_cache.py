@@ -10,7 +10,7 @@ The load is ``wrk`` (one thread, 8 keep-alive connections: concurrency 8;
 the server's): at a 50 % repeat rate each
 request repeats, with probability 0.5, a row sent earlier in the stream (uniformly among
 the last 1,000) and is otherwise a fresh random row; at 0 % every row is fresh, so the
-cache only costs (its keys and lookups until it bypasses itself, then one request in 16).
+cache only costs (its keys and lookups until it bypasses itself, then one request in 64).
 The cache server runs with its defaults (``--cache-admit second``,
 ``--cache-min-hit-rate 0.01``). Each round (7 per rate, 0 % first) starts both servers
 anew, the one started first alternating (an A/A check found the server started second
@@ -146,7 +146,7 @@ def measure_together(servers: list[Server], cached: Server, bodies: list[bytes],
 
 def measure(server: Server, bodies: list[bytes], seconds: float, cached: bool,
             wrk: str | None = None, work: Path | None = None) -> dict[str, float]:
-    """One window (after a one-second warm-up on rows of no other window); with the
+    """One window (after a warm-up of ``WARM_S`` on rows of no other window); with the
     cache, its hit rate over the window from /metrics. With ``wrk`` (and a ``work``
     folder for its body file) the load is wrk's, else httpx's."""
     url = f"http://127.0.0.1:{server.port}{server.url}"
@@ -158,7 +158,7 @@ def measure(server: Server, bodies: list[bytes], seconds: float, cached: bool,
             return run_wrk(wrk, server, path, CONCURRENCY, max(1, round(secs)), stream=True)
         return asyncio.run(_load(url, rows, secs))
 
-    load(bodies[-WARM_BODIES:], 1.0)
+    load(bodies[-WARM_BODIES:], WARM_S)
     assert server.proc is not None
     if cached:
         h0, m0 = (metric(server, f"reprise_cache_{k}_total") for k in ("hits", "misses"))
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     warming, cold = server("warmup_on", "--warmup-idle", "1"), \
         server("warmup_off", "--warmup-idle", "0")
     pair = [plain, cached]
-    rates = tuple(float(x) / 100 for x in args.rates.split(","))
+    rates = tuple(sorted(float(x) / 100 for x in args.rates.split(",")))
     samples: dict[str, list[dict[str, float]]] = {}
     hit_rates: dict[str, list[float]] = {}
 
@@ -313,9 +313,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             got = [(c, n) for c, n in zip(samples[f"cache@{rate:.0%}"],
                                           samples[f"no_cache@{rate:.0%}"], strict=True)]
             rps = statistics.median(c["rps"] / n["rps"] for c, n in got)
-            cpu = statistics.median(c["cpu_us_per_request"] / n["cpu_us_per_request"]
-                                    for c, n in got)
-            print(f"  {rate:.0%}: paired requests/s {rps:.3f}, CPU per answer {cpu:.3f}")
+            cpus = [c["cpu_us_per_request"] / n["cpu_us_per_request"] for c, n in got
+                    if "cpu_us_per_request" in c and "cpu_us_per_request" in n]
+            cpu = f"{statistics.median(cpus):.3f}" if cpus else "unknown (no /proc)"
+            print(f"  {rate:.0%}: paired requests/s {rps:.3f}, CPU per answer {cpu}")
         shutil.rmtree(work, ignore_errors=True)
         return {}
     try:

@@ -27,7 +27,6 @@ from reprise.registry import RegistrySource, promote, register_package
 from reprise.serve import Settings, abort_rollout, start_rollout
 from reprise.serve._cache import (
     _MAX_LAYOUTS,
-    _ROW_GUESS,
     _WINDOW,
     InputDtypes,
     ResponseCache,
@@ -105,13 +104,15 @@ def test_the_doorkeeper_stores_a_row_when_it_misses_a_second_time() -> None:
     _put(cache, "m", 1, b"k", 1.0)
     assert _get(cache, "m", 1, b"k") == 1.0
     filler = 0
-    while cache._bytes + _ROW_GUESS <= cache._room:  # fill it (other version: own counts)
+    while not cache._full:  # fill it until a store evicts (another version: its own counts)
         _put(cache, "m", 2, b"f%d" % filler, 0.0)
         filler += 1
-    assert ("m", 2) not in cache._counts and len(cache) == filler + 1  # none skipped
+    # none skipped; the store that made it full evicted "k" (used before the fillers)
+    assert ("m", 2) not in cache._counts and len(cache) == filler
+    assert _get(cache, "m", 1, b"k") is None
     # full: a row is stored only on its second miss, evicting the least recently used
     _put(cache, "m", 1, b"n", 1.0)
-    assert len(cache) == filler + 1 and _get(cache, "m", 1, b"n") is None
+    assert len(cache) == filler and _get(cache, "m", 1, b"n") is None
     _put(cache, "m", 1, b"n", 1.0)  # the second miss: stored
     assert _get(cache, "m", 1, b"n") == 1.0
     # a batch: only its rows seen before are stored
@@ -121,13 +122,18 @@ def test_the_doorkeeper_stores_a_row_when_it_misses_a_second_time() -> None:
               {"score": "f8"}, {})
     assert [_get(cache, "m", 1, k) for k in (b"a", b"b", b"c")] == [2.0, None, None]
     # hits, misses, evictions, invalidations, first misses not stored, bypassed
-    assert cache._counts[("m", 1)] == [3, 3, 1, 0, 4, 0]
-    # the two rows stored evicted the least recently used: "k" (used before the fillers
-    # were stored), then the first filler
-    assert cache._counts[("m", 2)][2] == 1 and _get(cache, "m", 2, b"f1") == 0.0
+    assert cache._counts[("m", 1)] == [3, 4, 1, 0, 4, 0]
+    # the two rows stored evicted the least recently used: the first two fillers
+    assert cache._counts[("m", 2)][2] == 2 and _get(cache, "m", 2, b"f2") == 0.0
     text = generate_latest_of(cache)
     assert _metric(text, "reprise_cache_unadmitted_total", model="m", version="1") == 4
     assert _metric(text, "reprise_cache_bytes") == cache.size
+    # dropping entries makes room again: a row is stored on its first miss until a store
+    # has to evict
+    cache.invalidate("m", 2)
+    assert not cache._full
+    _put(cache, "m", 1, b"fresh", 5.0)
+    assert _get(cache, "m", 1, b"fresh") == 5.0
     # a bound under 4 KiB has no doorkeeper: every miss is stored
     small = ResponseCache(4000, doorkeeper=True)
     _put(small, "m", 1, b"k", 1.0)
@@ -154,21 +160,21 @@ def test_a_version_that_never_hits_is_looked_up_one_request_in_64() -> None:
     assert not cache.bypassed("m", 1)
     cache.get("m", 1, keys[_WINDOW - 1:_WINDOW])  # a window of 2,048 rows without a hit
     assert cache.bypassed("m", 1) and not cache.bypassed("m", 2)
-    assert [cache.looks("m", 1, s, 3) for s in (0, 1, 63, 64, 128, 129, -64)] == \
-        [True, False, False, True, True, False, True]
-    assert cache._counts[("m", 1)][5] == 9  # three requests of 3 rows went straight by
+    assert [cache.looks("m", 1, s, 3) for s in (0, 1, 16, 32, 48, 63, 64, 128, 129, -64)] \
+        == [True, False, False, False, False, False, True, True, False, True]
+    assert cache._counts[("m", 1)][5] == 18  # six requests of 3 rows went straight by
     assert cache.looks("m", 2, 1, 1)  # another version: its own verdict
     text = generate_latest_of(cache)
     assert _metric(text, "reprise_cache_bypassed", model="m", version="1") == 1
-    assert _metric(text, "reprise_cache_bypasses_total", model="m", version="1") == 9
+    assert _metric(text, "reprise_cache_bypasses_total", model="m", version="1") == 18
     # each window without hits samples another 64th of the bodies, so a hot request
     # outside the first one is looked up in time
-    assert not cache.looks("m", 1, 60, 1)
+    assert not cache.looks("m", 1, 40, 1)
     turned = 0
-    while not cache.looks("m", 1, 60, 1):
+    while not cache.looks("m", 1, 40, 1):
         cache.get("m", 1, keys[2 * _WINDOW + 128 * turned:2 * _WINDOW + 128 * (turned + 1)])
         turned += 1
-    assert turned == 4 and cache.bypassed("m", 1)  # (60 + 4) % 64 == 0
+    assert turned == 24 and cache.bypassed("m", 1)  # (40 + 24) % 64 == 0
     # the sampled lookups go on judging, in windows of 128 (~8,192 requests): one that
     # hits 1 % brings every lookup back
     hot = keys[:40]

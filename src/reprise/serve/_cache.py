@@ -60,7 +60,7 @@ _WINDOW = 2048  # rows looked up per verdict on a version's hit rate
 # while a version is bypassed, one request in this many is still looked up: at 1 in 16,
 # the sampled lookups still cost ~3 % of a LogisticRegression's requests/s (bench_cache)
 _SAMPLE = 64
-_SAMPLED_WINDOW = 128  # sampled lookups per verdict while bypassed (a 1 % rate is a hit)
+_SAMPLED_WINDOW = 128  # sampled lookups per verdict while bypassed (2 hits: 1.6 %)
 
 
 # a scalar field's dtype -> (the numpy dtype the model gets it as, the Python type alike)
@@ -261,16 +261,14 @@ class _Doorkeeper:
 
 
 _MIN_DOOR = 64  # a bound under 64 x this many bytes has no doorkeeper: it admits all
-# an entry's bytes as the admission guesses them (a packed key of 20 floats and a row of a
-# few outputs: ~330): "would storing this request's rows evict?"
-_ROW_GUESS = 384
 
 
 class ResponseCache:
     """A bounded, thread-safe LRU of output rows keyed by model version and input row.
 
     With ``doorkeeper`` (the server's default, ``--cache-admit second``), once the table
-    is full, and for a bypassed version, a row is stored only when it misses a second
+    is full (storing has had to evict since entries were last dropped), and for a
+    bypassed version, a row is stored only when it misses a second
     time: a row asked once (most rows of most traffic) then costs a probe of a bit array
     instead of a store (half of what a miss cost) and evicts no row that may be asked
     again. While the table has room, every miss of a version looked up in full is stored
@@ -309,6 +307,9 @@ class ResponseCache:
         self._lock = threading.Lock()
         self._table: OrderedDict[_Key, bytes] = OrderedDict()
         self._bytes = 0
+        # whether storing has had to evict since entries were last dropped: the table is
+        # full, and the doorkeeper guards it
+        self._full = False
         # (name, version) -> (output names, kinds, row shapes) of its last answer
         self._meta: dict[tuple[str, int], _Meta] = {}
         # (name, version) -> [hits, misses, evictions, drops, unadmitted, bypassed]; ints
@@ -345,8 +346,8 @@ class ResponseCache:
             # this lookup, not with the version's lifetime counts
             window = self._window[(name, version)] = [looked - rows, counts[_HIT] - hits]
         bypassed = (name, version) in self._bypassed
-        # bypassed: a window of 128 sampled lookups (~8,192 requests), enough to see a 1 %
-        # hit rate
+        # bypassed: a window of 128 sampled lookups (~8,192 requests); at the default
+        # minimum of 1 %, two hits in a window bring every lookup back
         size = looked - window[0]
         if size < (_SAMPLED_WINDOW if bypassed else _WINDOW):
             return
@@ -422,8 +423,7 @@ class ResponseCache:
         # free room evicts nothing, so it costs no other row its place) and a bypassed
         # version (its rows hardly repeat: a probe instead of a store per sampled row);
         # read without the lock: a race only changes what is stored
-        if door is not None and (self._bytes + len(keys) * _ROW_GUESS > self._room
-                                 or (name, version) in self._bypassed):
+        if door is not None and (self._full or (name, version) in self._bypassed):
             index = [i for i in index if door.seen(keys[i])]
             if len(index) < len(keys):
                 with self._lock:
@@ -466,6 +466,7 @@ class ResponseCache:
                     (ename, eversion, ekey), eblob = table.popitem(last=False)
                     self._bytes -= _entry_size(ekey, eblob)
                     self._counters(ename, eversion)[_EVICT] += 1
+                    self._full = True
                 table[full] = blob
                 self._bytes += size
 
@@ -474,6 +475,8 @@ class ResponseCache:
         for full in [k for k in self._table if match(k)]:
             self._bytes -= _entry_size(full[2], self._table.pop(full))
             dropped[(full[0], full[1])] = dropped.get((full[0], full[1]), 0) + 1
+        if dropped:  # room again: stored rows evict nothing until it is filled
+            self._full = False
         return dropped
 
     def invalidate(self, name: str, version: int | None = None) -> int:
@@ -501,7 +504,8 @@ _FAMILIES = {
     "drop": ("reprise_cache_invalidations", "Entries dropped because the versions a model "
              "answers with changed."),
     "skip": ("reprise_cache_unadmitted", "Rows computed and not stored: their first miss "
-             "(once the cache is full, the doorkeeper stores a row when it misses again)."),
+             "(once the cache is full, or while its version is bypassed, the doorkeeper stores "
+             "a row when it misses again)."),
     "bypass": ("reprise_cache_bypasses", "Rows answered by the model without a lookup: "
                "their version hit less often than the minimum hit rate (one request in 64 "
                "is still looked up)."),

@@ -178,7 +178,8 @@ class Settings:
                               f"got {self.cache_mb}")
         if self.cache_admit not in ("first", "second"):
             raise ConfigError(f"cache_admit must be 'first' (store every miss) or 'second' "
-                              f"(store a row when it misses again); got {self.cache_admit!r}")
+                              f"(once the cache is full, store a row when it misses again); "
+                              f"got {self.cache_admit!r}")
         if not 0 <= self.cache_min_hit_rate < 1:
             raise ConfigError(f"cache_min_hit_rate must be at least 0 (always look up) and "
                               f"under 1; got {self.cache_min_hit_rate}")
