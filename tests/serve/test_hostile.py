@@ -231,6 +231,57 @@ def test_large_valid_bodies_do_not_delay_healthz(server: tuple[str, int]) -> Non
     assert _p99(latencies) < 0.5, sorted(latencies)[-5:]
 
 
+def _responses(data: bytes, heads: tuple[int, ...] = ()
+               ) -> list[tuple[bytes, dict[bytes, bytes], bytes]]:
+    """The HTTP/1.1 responses in ``data``: (status line, headers, body by its
+    content-length; none for the answers whose index is in ``heads``, to HEAD requests)."""
+    out: list[tuple[bytes, dict[bytes, bytes], bytes]] = []
+    while data:
+        head, sep, data = data.partition(b"\r\n\r\n")
+        assert sep, f"an incomplete head: {head!r}"
+        status, *lines = head.split(b"\r\n")
+        headers = {k.lower(): v for k, _, v in (line.partition(b": ") for line in lines)}
+        n = 0 if len(out) in heads or b" 100 " in status else \
+            int(headers.get(b"content-length", b"0"))
+        out.append((status, headers, data[:n]))
+        data = data[n:]
+    return out
+
+
+def test_responses_are_whole_pipelined_head_only_and_after_100_continue(
+        server: tuple[str, int]) -> None:
+    """Each response leaves in one write (its head held for its body, _guard._OneWrite):
+    pipelined requests, a HEAD request (a head and no body) and an ``Expect:
+    100-continue`` request are all answered whole, in order."""
+    _, port = server
+    body = json.dumps([{"a": 0.5, "b": 0.1, "c": -1.0}]).encode()
+    post = (f"POST {PREDICT} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}"
+            f"\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "\r\n").encode() + body
+    head = b"HEAD /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    last = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    answer, _ = _head(port, post + head + post + last)
+    got = _responses(answer, heads=(1,))
+    # (HEAD /healthz: 405, a GET route; its answer is a head whose content-length names a
+    # body that a HEAD answer does not carry)
+    assert [status.split()[1] for status, _, _ in got] == [b"200", b"405", b"200", b"200"]
+    assert [json.loads(b)["predictions"][0]["prediction"] for _, _, b in (got[0], got[2])] \
+        == [1, 1]
+    assert got[1][2] == b"" and int(got[1][1][b"content-length"]) > 0
+    assert json.loads(got[3][2])
+    # Expect: 100-continue: the interim answer comes before the body is sent
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(post[:post.index(b"\r\n\r\n")] + b"\r\nExpect: 100-continue\r\n"
+                  b"Connection: close\r\n\r\n")
+        interim = s.recv(65536)
+        assert interim.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), interim
+        s.sendall(body)
+        final = interim + _read_all(s)
+    (status, _, _), (status2, _, payload) = _responses(final)
+    assert b" 100 " in status and status2.startswith(b"HTTP/1.1 200")
+    assert json.loads(payload)["predictions"][0]["prediction"] == 1
+
+
 def test_cross_site_requests_are_refused_unless_allowed(server: tuple[str, int]) -> None:
     url, _ = server
     body = {"records": [ROW]}

@@ -17,6 +17,11 @@ application:
 
 A refused connection's remaining input is read and dropped for a moment before closing,
 so the client reads the answer instead of a connection reset.
+
+It also sends each response's head and body in one write (:class:`_OneWrite`): uvicorn
+writes the status line and headers, then the body, as two system calls and two TCP
+segments; joined, a single-row prediction server answered ~10 % more requests/s at
+concurrency 32 (the ONNX MLP of ``bench_onnx``, both variants loaded at once).
 """
 
 from __future__ import annotations
@@ -103,7 +108,11 @@ class _Guarded(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._disarm()
+        before = self.cycle
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle is not before:  # a new request (not an upgrade)
+            cycle.transport = _OneWrite(cycle, self.transport, self.loop)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -141,6 +150,50 @@ class _Guarded(HttpToolsProtocol):
             self.loop.call_later(_LINGER_S, self.transport.close)
         else:
             self.transport.close()
+
+
+class _OneWrite:
+    """The transport as one response cycle writes to it: the response's head (the status
+    line and headers, uvicorn's first write of a response) is held until the body's first
+    write, and both leave in one ``write``: one system call and one TCP segment for a
+    small answer, not two. Held at most until the event loop's next turn (a streaming
+    response whose first chunk comes later), and sent before a close; the rest of the
+    transport's interface is the transport's own."""
+
+    __slots__ = ("_cycle", "_head_seen", "_held", "_loop", "_transport")
+
+    def __init__(self, cycle: Any, transport: asyncio.Transport,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self._cycle, self._transport, self._loop = cycle, transport, loop
+        self._held: bytes | None = None
+        self._head_seen = False
+
+    def write(self, data: bytes) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held + data)
+        elif not self._head_seen and self._cycle.response_started:
+            # the head: a "100 Continue" before it is written while no response started
+            self._head_seen = True
+            self._held = bytes(data)
+            self._loop.call_soon(self._flush)
+        else:
+            self._transport.write(data)
+
+    def _flush(self) -> None:
+        held = self._held
+        if held is not None:
+            self._held = None
+            if not self._transport.is_closing():
+                self._transport.write(held)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def _peer(client: tuple[str, int] | None) -> str:
