@@ -30,12 +30,23 @@ class _Transport:
 
 
 class _Cycle:
-    response_started = False
+    """What _OneWrite reads of uvicorn's RequestResponseCycle (set before the head's write)."""
+
+    def __init__(self) -> None:
+        self.response_started = False
+        self.expected_content_length = 0
+        self.chunked_encoding: bool | None = None
+        self.scope = {"method": "POST"}
+
+    def start(self, length: int = 2, *, chunked: bool = False, method: str = "POST") -> None:
+        self.response_started = True
+        self.expected_content_length, self.chunked_encoding = length, chunked
+        self.scope["method"] = method
 
 
-def _pair(loop: asyncio.AbstractEventLoop) -> tuple[_OneWrite, _Transport, _Cycle]:
+def _pair() -> tuple[_OneWrite, _Transport, _Cycle]:
     transport, cycle = _Transport(), _Cycle()
-    return _OneWrite(cycle, transport, loop), transport, cycle  # type: ignore[arg-type]
+    return _OneWrite(cycle, transport), transport, cycle  # type: ignore[arg-type]
 
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
@@ -43,44 +54,45 @@ HEAD = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"
 
 def test_head_and_body_leave_in_one_write() -> None:
     async def main() -> None:
-        one, transport, cycle = _pair(asyncio.get_running_loop())
-        cycle.response_started = True  # uvicorn sets it before writing the head
+        one, transport, cycle = _pair()
+        cycle.start()  # uvicorn sets its state, then writes the head
         one.write(bytearray(HEAD))  # held (a copy: the caller may reuse its buffer)
         assert transport.writes == []
         one.write(b"{}")
         assert transport.writes == [HEAD + b"{}"]
-        await asyncio.sleep(0)  # the loop's turn: nothing left to send
-        assert transport.writes == [HEAD + b"{}"]
-        one.write(b"later chunk")  # a streaming body's next chunks go straight through
-        assert transport.writes[-1] == b"later chunk"
+        one.write(b"more")  # anything after goes straight through
+        assert transport.writes[-1] == b"more"
     asyncio.run(main())
 
 
 def test_a_100_continue_is_not_held() -> None:
     async def main() -> None:
-        one, transport, cycle = _pair(asyncio.get_running_loop())
+        one, transport, cycle = _pair()
         one.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # written while no response started
         assert transport.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]
-        cycle.response_started = True
+        cycle.start()
         one.write(HEAD)
         one.write(b"{}")
         assert transport.writes[1:] == [HEAD + b"{}"]
     asyncio.run(main())
 
 
-def test_a_head_without_a_body_leaves_at_the_loops_next_turn_or_before_a_close() -> None:
+def test_a_head_with_no_body_to_follow_is_sent_at_once() -> None:
     async def main() -> None:
-        one, transport, cycle = _pair(asyncio.get_running_loop())
-        cycle.response_started = True
-        one.write(HEAD)  # a HEAD request's answer, or a stream whose first chunk is late
-        await asyncio.sleep(0)
-        assert transport.writes == [HEAD]
-        one2, transport2, cycle2 = _pair(asyncio.get_running_loop())
-        cycle2.response_started = True
-        one2.write(HEAD)
-        one2.close()  # connection: close right after the head
-        assert transport2.writes == [HEAD] and transport2.closed
-        await asyncio.sleep(0)  # the scheduled flush finds nothing held
-        assert transport2.writes == [HEAD]
-        assert one2.is_closing() and one2.get_extra_info("peername") == ("127.0.0.1", 1)
+        for kwargs in ({"method": "HEAD"}, {"length": 0}, {"length": 0, "chunked": True}):
+            one, transport, cycle = _pair()
+            cycle.start(**kwargs)  # type: ignore[arg-type]
+            one.write(HEAD)
+            assert transport.writes == [HEAD], kwargs
+    asyncio.run(main())
+
+
+def test_a_close_sends_what_is_held_first() -> None:
+    async def main() -> None:
+        one, transport, cycle = _pair()
+        cycle.start()
+        one.write(HEAD)  # the application then fails before its body: uvicorn closes
+        one.close()
+        assert transport.writes == [HEAD] and transport.closed
+        assert one.is_closing() and one.get_extra_info("peername") == ("127.0.0.1", 1)
     asyncio.run(main())

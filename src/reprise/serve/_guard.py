@@ -20,8 +20,9 @@ so the client reads the answer instead of a connection reset.
 
 It also sends each response's head and body in one write (:class:`_OneWrite`): uvicorn
 writes the status line and headers, then the body, as two system calls and two TCP
-segments; joined, a single-row prediction server answered ~10 % more requests/s at
-concurrency 32 (the ONNX MLP of ``bench_onnx``, both variants loaded at once).
+segments. Joined, the ONNX MLP server of ``bench_onnx`` answered 3 % more single-row
+requests/s at concurrency 32 loaded alone, and 6.5 % more with both variants loaded at
+once (cores shared: each segment is a wake-up of the client; medians of 6 paired rounds).
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ class _Guarded(HttpToolsProtocol):
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle is not before:  # a new request (not an upgrade)
-            cycle.transport = _OneWrite(cycle, self.transport, self.loop)  # type: ignore[assignment]
+            cycle.transport = _OneWrite(cycle, self.transport)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -156,15 +157,15 @@ class _OneWrite:
     """The transport as one response cycle writes to it: the response's head (the status
     line and headers, uvicorn's first write of a response) is held until the body's first
     write, and both leave in one ``write``: one system call and one TCP segment for a
-    small answer, not two. Held at most until the event loop's next turn (a streaming
-    response whose first chunk comes later), and sent before a close; the rest of the
-    transport's interface is the transport's own."""
+    small answer, not two. A head is held only when a body must follow it (its
+    content-length is above 0 and the request is not HEAD; a chunked answer's head is
+    sent at once), and is sent before a close (an application that failed after it);
+    the rest of the transport's interface is the transport's own."""
 
-    __slots__ = ("_cycle", "_head_seen", "_held", "_loop", "_transport")
+    __slots__ = ("_cycle", "_head_seen", "_held", "_transport")
 
-    def __init__(self, cycle: Any, transport: asyncio.Transport,
-                 loop: asyncio.AbstractEventLoop) -> None:
-        self._cycle, self._transport, self._loop = cycle, transport, loop
+    def __init__(self, cycle: Any, transport: asyncio.Transport) -> None:
+        self._cycle, self._transport = cycle, transport
         self._held: bytes | None = None
         self._head_seen = False
 
@@ -173,23 +174,26 @@ class _OneWrite:
         if held is not None:
             self._held = None
             self._transport.write(held + data)
-        elif not self._head_seen and self._cycle.response_started:
-            # the head: a "100 Continue" before it is written while no response started
+            return
+        cycle = self._cycle
+        if not self._head_seen and cycle.response_started:
+            # the head ("100 Continue" is written while no response has started): held
+            # only when a body must follow (a content-length, not a HEAD request), so it
+            # never waits for anything but the application's own next write
             self._head_seen = True
-            self._held = bytes(data)
-            self._loop.call_soon(self._flush)
-        else:
-            self._transport.write(data)
+            if cycle.expected_content_length > 0 and not cycle.chunked_encoding \
+                    and cycle.scope["method"] != "HEAD":
+                self._held = bytes(data)
+                return
+        self._transport.write(data)
 
-    def _flush(self) -> None:
+    def close(self) -> None:
+        """Send what is held (an application that failed after its head), then close."""
         held = self._held
         if held is not None:
             self._held = None
             if not self._transport.is_closing():
                 self._transport.write(held)
-
-    def close(self) -> None:
-        self._flush()
         self._transport.close()
 
     def __getattr__(self, name: str) -> Any:
