@@ -263,6 +263,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     samples: dict[str, list[dict[str, float]]] = {}
     hit_rates: dict[str, list[float]] = {}
 
+    def paired(rate: str, k: str) -> float:
+        """The median over windows of cache / no cache (the same window's pair)."""
+        return statistics.median(
+            a[k] / b[k] for a, b in zip(samples[f"cache@{rate}"],
+                                        samples[f"no_cache@{rate}"], strict=True))
+
     def fresh(first: Server) -> None:
         """Both servers started anew, ``first`` first: which one a round starts first
         alternates (on this machine the server started second ran ~2 % cheaper in an A/A
@@ -310,13 +316,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             stop(s)
     if rates != RATES:  # a partial measurement: the paired medians, printed only
         for rate in rates:
-            got = [(c, n) for c, n in zip(samples[f"cache@{rate:.0%}"],
-                                          samples[f"no_cache@{rate:.0%}"], strict=True)]
-            rps = statistics.median(c["rps"] / n["rps"] for c, n in got)
-            cpus = [c["cpu_us_per_request"] / n["cpu_us_per_request"] for c, n in got
-                    if "cpu_us_per_request" in c and "cpu_us_per_request" in n]
-            cpu = f"{statistics.median(cpus):.3f}" if cpus else "unknown (no /proc)"
-            print(f"  {rate:.0%}: paired requests/s {rps:.3f}, CPU per answer {cpu}")
+            key = f"{rate:.0%}"
+            cpu = f"{paired(key, 'cpu_us_per_request'):.3f}" if all(
+                "cpu_us_per_request" in x for x in samples[f"cache@{key}"]
+                + samples[f"no_cache@{key}"]) else "unknown (no /proc)"
+            print(f"  {key}: paired requests/s {paired(key, 'rps'):.3f}, CPU per answer {cpu}")
         shutil.rmtree(work, ignore_errors=True)
         return {}
     try:
@@ -346,11 +350,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         figures[f"{name}_next_ms"] = med(d["next"])
     figures["warmups_counted"] = warmups
     figures["warmups_counted_when_off"] = cold_warmups
-    def paired(rate: str, k: str) -> float:
-        """The median over windows of cache / no cache (the same window's pair)."""
-        return med(a[k] / b[k] for a, b in zip(samples[f"cache@{rate}"],
-                                                samples[f"no_cache@{rate}"], strict=True))
-
     ratios = {
         "cache_rps_vs_none_at_50": paired("50%", "rps"),
         "overhead_at_0": 1 - paired("0%", "rps"),

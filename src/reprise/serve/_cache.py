@@ -268,13 +268,12 @@ class ResponseCache:
 
     With ``doorkeeper`` (the server's default, ``--cache-admit second``), once the table
     is full (storing has had to evict since entries were last dropped), and for a
-    bypassed version, a row is stored only when it misses a second
-    time: a row asked once (most rows of most traffic) then costs a probe of a bit array
-    instead of a store (half of what a miss cost) and evicts no row that may be asked
-    again. While the table has room, every miss of a version looked up in full is stored
-    (as W-TinyLFU admits freely until full: storing evicts nothing, and a row repeated
-    once is a hit at once). The doorkeeper's bytes (1/64 of the bound) count in the
-    bound.
+    bypassed version, a row is stored only when it misses a second time: a row asked once
+    (most rows of most traffic) then costs a probe of a bit array instead of a store (half
+    of what a miss cost) and evicts no row that may be asked again. While the table has
+    room, every miss of a version looked up in full is stored (as W-TinyLFU admits freely
+    until full: storing evicts nothing, and a row repeated once is a hit at once). The
+    doorkeeper's bytes (1/64 of the bound) count in the bound.
 
     With ``min_hit_rate`` (the server's default: 0.01), a version whose rows hit less
     often than that over a window of 2,048 lookups is *bypassed*: only requests whose
@@ -283,9 +282,9 @@ class ResponseCache:
     others go straight to the model, so traffic that never repeats stops paying for keys
     and lookups (~10 % of a LogisticRegression's answer); the sampled lookups go on
     judging, in windows of 128 (~8,192 requests), and the version is looked up in full
-    again as soon as a window hits as often as ``min_hit_rate``. A
-    bypassed request is answered by the model, as without the cache: only the cache's
-    use changes, never an answer."""
+    again as soon as a window hits as often as ``min_hit_rate``. A bypassed request is
+    answered by the model, as without the cache: only the cache's use changes, never an
+    answer."""
 
     def __init__(self, max_bytes: int, registry: Any = None,
                  doorkeeper: bool = False, min_hit_rate: float = 0.0) -> None:
