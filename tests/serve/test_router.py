@@ -171,6 +171,41 @@ def test_an_answer_counts_by_version_and_a_client_error_not_at_all() -> None:
     assert again[1].requests == 2 and again[2].requests == 2
 
 
+def test_an_answer_counts_in_its_bucket_row_and_its_metrics_series_alike(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Split.record keeps each version's row of the moment (a _Lane): a new row after
+    the rows are taken or put back, and after the bucket ends; the /metrics series gets
+    the same counts, in the same latency bucket."""
+    clock = [1_000_000.0]
+    monkeypatch.setattr("reprise.serve._router.time.time", lambda: clock[0])
+    outcomes, metrics = Outcomes("s1"), Metrics()
+    split = Split(_rollout(), _stable, _candidate, outcomes, metrics=metrics)
+    result = Result({"score": [1.0], "label": ["high"]}, {}, {})
+    for seconds in (0.004, 0.0005, 2.5):
+        split.record(_stable, 200, seconds, result)
+    split.record(_stable, 503, 0.02, None)
+    split.record(_candidate, 200, 0.004, result)
+    first = outcomes.take()
+    split.record(_stable, 200, 0.004, result)  # rows taken: a new row, not the taken one
+    clock[0] += 60.0  # the next bucket (the rollout's interval is 60 s: 5 s buckets)
+    split.record(_stable, 200, 0.004, result)
+    later = outcomes.take()
+    stable_rows = [r for r in first if r.version == 1]
+    assert [(r.requests, r.errors) for r in stable_rows] == [(4, 1)]
+    assert sorted((r.bucket, r.requests) for r in later) == [
+        (200_000, 1), (200_012, 1)]
+    series = metrics._rollouts[("r1", 1, "live")]
+    assert (series.requests, series.errors) == (6, 1)
+    merged = [sum(r.latency[i] for r in stable_rows + later)
+              for i in range(len(series.buckets))]
+    assert series.buckets == merged  # one index for both
+    assert series.labels == ("churn", "1", "r1", "stable", "live")
+    assert metrics._rollouts[("r1", 2, "live")].requests == 1
+    text = metrics.render()[0].decode()
+    assert 'reprise_rollout_requests_total{mode="live",model="churn",role="stable",' \
+        'rollout="r1",version="1"} 6.0' in text
+
+
 def test_the_shadow_drops_and_counts_when_its_queue_is_full() -> None:
     async def main() -> tuple[Any, Shadow]:
         stable, slow = _served(1), _served(2, delay=0.3)

@@ -213,22 +213,13 @@ class HotPath:
                                    keys if status == 200 else None)
 
         if model is not None and (result is not None or not 400 <= status < 500):
-            self._observe(model, split, status, start + seconds, seconds, result)
+            # the SLO windows count what the rollout analysis counts (Split.record, which
+            # counts a rollout's per-version series too): any answer but a client's 4xx,
+            # an error when a 5xx or refused after the model ran (a non-finite output)
+            self.state.slo.record(model.name, start + seconds,
+                                  error=status != 200 or result is None, seconds=seconds)
         if span is not None:
             self._spans(span, offset, checking, queued, result, start + seconds, status, kind)
-
-    def _observe(self, model: ServedModel, split: Split | None, status: int, end: float,
-                 seconds: float, result: Result | None) -> None:
-        """The SLO windows and a rollout's per-version series count what the rollout
-        analysis counts (``Split.record``): any answer but a client's 4xx, which is an
-        error when a 5xx or refused after the model ran (a non-finite output)."""
-        error = status != 200 or result is None
-        self.state.slo.record(model.name, end, error=error, seconds=seconds)
-        if split is not None and (model is split.stable or model is split.candidate):
-            self.state.metrics.rollout_request(
-                split.rollout.id, model.name, model.version,
-                "stable" if model is split.stable else "candidate", "live", error=error,
-                seconds=seconds)
 
     def _spans(self, span: Any, offset: int, checking: float, queued: float,
                result: Result | None, end: float, status: int, kind: str | None) -> None:
@@ -270,14 +261,14 @@ class HotPath:
         if oip:
             payload = read_infer(scope, body, self.state.settings.max_body_bytes)
             if split is not None:
-                model = split.pick(split.key_of(scope["headers"], payload, True))
+                model = split.route(scope["headers"], payload, True)
             checked, body_id, requested = check_infer(model, payload)
             job = _Job(model, checked, request_id=body_id or "", requested=requested,
                        wants=binary_outputs(payload))
         else:
             payload = parse_json(body)
             if split is not None:
-                model = split.pick(split.key_of(scope["headers"], payload, False))
+                model = split.route(scope["headers"], payload, False)
             checked, columnar = check_v1(model, payload)
             job = _Job(model, checked, columnar=columnar)
         if checked.out_of_range:

@@ -116,15 +116,23 @@ class Metrics:
         """Count one answer of ``version`` in ``rollout`` (``mode``: live or shadow), or
         ``n`` alike (a shadow's batch of copies: one call, not one per copy, so that the
         event loop counts a batch of hundreds at once). Call on the event loop."""
-        series = self._rollouts.get((rollout, version, mode))
-        if series is None:
-            series = self._rollouts[(rollout, version, mode)] = _RolloutSeries(
-                (model, str(version), rollout, role, mode))
+        series = self.rollout_series(rollout, model, version, role, mode)
         series.requests += n
         if error:
             series.errors += n
         series.seconds += seconds * n
         series.buckets[bisect_left(_LATENCY_BOUNDS_S, seconds)] += n
+
+    def rollout_series(self, rollout: str, model: str, version: int, role: str,
+                       mode: str) -> _RolloutSeries:
+        """The series of ``version``'s answers in ``rollout`` and ``mode``, created on first
+        use, for a caller on the event loop that counts into it itself (``Split.record``:
+        its bucket index is the outcome row's, over the same bounds)."""
+        series = self._rollouts.get((rollout, version, mode))
+        if series is None:
+            series = self._rollouts[(rollout, version, mode)] = _RolloutSeries(
+                (model, str(version), rollout, role, mode))
+        return series
 
     def rollout_ended(self, model: str, rollout: str, versions: tuple[str, ...]) -> None:
         """Drop a finished rollout's series (a server runs many rollouts in its life)."""

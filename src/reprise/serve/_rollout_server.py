@@ -115,7 +115,7 @@ class RolloutController:
         key = rec.key or {}
         settings = state.settings
         header = key.get("header") or (None if "column" in key else settings.key_header)
-        split = Split(rec, stable, candidate, self.outcomes,
+        split = Split(rec, stable, candidate, self.outcomes, metrics=state.metrics,
                       key_header=header.encode() if header else None,
                       key_column=key.get("column") or (None if "header" in key
                                                        else settings.key_column))
