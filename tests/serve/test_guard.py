@@ -96,3 +96,25 @@ def test_a_close_sends_what_is_held_first() -> None:
         assert transport.writes == [HEAD] and transport.closed
         assert one.is_closing() and one.get_extra_info("peername") == ("127.0.0.1", 1)
     asyncio.run(main())
+
+
+def test_a_cycle_and_its_proxy_are_freed_by_reference_counting() -> None:
+    """The cycle holds the proxy as its transport; the proxy's reference back is weak, so
+    a finished request's cycle is freed at once, not left for the cyclic collector
+    (which, under load, made a full pass every 0.4 s take ~3 ms)."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        transport, cycle = _Transport(), _Cycle()
+        cycle.transport = _OneWrite(cycle, transport)  # type: ignore[attr-defined,arg-type]
+        gone = weakref.ref(cycle)
+        cycle.start()
+        cycle.transport.write(HEAD)  # type: ignore[attr-defined]
+        cycle.transport.write(b"{}")  # type: ignore[attr-defined]
+        assert transport.writes == [HEAD + b"{}"]
+        del cycle
+        assert gone() is None
+    finally:
+        gc.enable()
