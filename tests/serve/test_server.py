@@ -15,19 +15,25 @@ def test_freezing_the_heap_skips_the_full_collection(monkeypatch: pytest.MonkeyP
     calls: list[tuple[int, ...]] = []
     monkeypatch.setattr(gc, "collect", lambda *args: calls.append(args) or 0)
     monkeypatch.setattr(gc, "freeze", lambda: calls.append(("freeze",)))
-    monkeypatch.setattr(gc, "get_threshold", lambda: (700, 10, 10))
-    monkeypatch.setattr(gc, "set_threshold", lambda *t: calls.append(("threshold", *t)))
     _server._freeze_heap()
-    assert calls == [(1,), ("freeze",), ("threshold", 10_000, 10, 10)]
+    assert calls == [(1,), ("freeze",)]
 
 
-@pytest.mark.parametrize("before", [(0, 10, 10), (50_000, 20, 20)])
-def test_a_collector_turned_off_or_already_lazier_is_left_as_it_is(
-        monkeypatch: pytest.MonkeyPatch, before: tuple[int, int, int]) -> None:
-    calls: list[tuple[int, ...]] = []
-    monkeypatch.setattr(gc, "collect", lambda *args: 0)
-    monkeypatch.setattr(gc, "freeze", lambda: None)
-    monkeypatch.setattr(gc, "get_threshold", lambda: before)
-    monkeypatch.setattr(gc, "set_threshold", lambda *t: calls.append(t))
-    _server._freeze_heap()
-    assert calls == []
+@pytest.mark.parametrize(("before", "during"), [
+    ((700, 10, 10), (10_000, 10, 10)),
+    ((0, 10, 10), (0, 10, 10)),  # the collector turned off: left so
+    ((50_000, 20, 20), (50_000, 20, 20)),  # already lazier: left so
+])
+def test_the_collector_is_lazier_while_run_server_runs_and_restored_after(
+        before: tuple[int, int, int], during: tuple[int, int, int]) -> None:
+    from reprise.serve._run import _lazy_collector
+
+    saved = gc.get_threshold()
+    try:
+        gc.set_threshold(*before)
+        with pytest.raises(RuntimeError), _lazy_collector():
+            assert gc.get_threshold() == during
+            raise RuntimeError("the server failed")
+        assert gc.get_threshold() == before
+    finally:
+        gc.set_threshold(*saved)

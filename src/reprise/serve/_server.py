@@ -257,9 +257,6 @@ class ServerState:
             await asyncio.to_thread(self.tracing.shutdown)
 
 
-_YOUNG_THRESHOLD = 10_000  # net allocations between passes of the youngest generation
-
-
 def _freeze_heap() -> None:
     """Move everything allocated so far (libraries, models) out of the cyclic garbage
     collector's reach. Otherwise its occasional full passes walk the million or so
@@ -268,21 +265,9 @@ def _freeze_heap() -> None:
 
     Only the young generations are collected first: a full pass here walks that same
     heap (0.2-0.5 s before the server reports ready) to free a few dozen objects.
-
-    Then the youngest generation's threshold is raised to :data:`_YOUNG_THRESHOLD`. A
-    request's objects are freed by reference counting when it ends, so the collector
-    finds little garbage in a serving process; what its passes did under load was walk
-    the objects of the requests in flight, promote them, and (the oldest generation being
-    nearly empty once frozen, so that a quarter of it is soon reached) run a full pass
-    every 10 young ones: under ``wrk -c32`` (``bench/_gc_probe.py``) some 300 young
-    passes and 2-3 full passes of 1.4-2.4 ms a second, 3-4 % of the server's time, and
-    the full passes stalled every request in flight. At 10,000 the young passes come every
-    few seconds (~2 ms each) and full ones were not seen."""
+    (``run_server`` also makes the collector's young passes rarer: ``_run._lazy_collector``.)"""
     gc.collect(1)
     gc.freeze()
-    young, *older = gc.get_threshold()
-    if 0 < young < _YOUNG_THRESHOLD:  # (0: the collector was turned off; kept so)
-        gc.set_threshold(_YOUNG_THRESHOLD, *older)
 
 
 def _is_user_error(exc: BaseException) -> bool:
