@@ -9,12 +9,11 @@ and a histogram cost two or three of them per answer on the request path."""
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from itertools import accumulate
 from typing import Any
 
-from reprise.core._rollout_types import LATENCY_BOUNDS_MS
+from reprise.core._rollout_types import LATENCY_BOUNDS_MS, latency_index
 
 __all__ = ["Metrics"]
 
@@ -121,7 +120,7 @@ class Metrics:
         if error:
             series.errors += n
         series.seconds += seconds * n
-        series.buckets[bisect_left(_LATENCY_BOUNDS_S, seconds)] += n
+        series.buckets[latency_index(seconds * 1000)] += n  # as the outcome rows count
 
     def rollout_series(self, rollout: str, model: str, version: int, role: str,
                        mode: str) -> _RolloutSeries:

@@ -29,7 +29,6 @@ import logging
 import math
 import random
 import time
-from bisect import bisect_left
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -38,12 +37,12 @@ from operator import attrgetter, itemgetter
 from typing import Any
 
 from reprise.core._rollout_types import (
-    LATENCY_BOUNDS_MS,
     BucketRow,
     RolloutRecord,
     bucket_of,
     bucket_seconds,
     empty_bucket,
+    latency_index,
 )
 from reprise.registry import Field
 from reprise.serve._batcher import Closed, Overloaded, PredictFailed, Result
@@ -187,7 +186,7 @@ class Outcomes:
         row.requests += 1
         if error:
             row.errors += 1
-        row.latency[bisect_left(LATENCY_BOUNDS_MS, seconds * 1000)] += 1
+        row.latency[latency_index(seconds * 1000)] += 1
         counts = row.outputs
         for k in outputs:
             counts[k] = counts.get(k, 0) + 1
@@ -198,7 +197,7 @@ class Outcomes:
         error, and their outputs' counts (a shadow's batch)."""
         row = self._row(rollout, version)
         row.requests += requests
-        row.latency[bisect_left(LATENCY_BOUNDS_MS, seconds * 1000)] += requests
+        row.latency[latency_index(seconds * 1000)] += requests
         counts = row.outputs
         for k, n in outputs.items():
             counts[k] = counts.get(k, 0) + n
@@ -296,11 +295,9 @@ class Split:
               oip: bool) -> ServedModel:
         """The version that answers this request (its key is looked for only when the
         candidate takes some live traffic, and not all of it)."""
-        if self._threshold <= 0:
-            return self.stable
-        if self._threshold >= SLOTS:
-            return self.candidate
-        return self.pick(self.key_of(headers, payload, oip))
+        if 0 < self._threshold < SLOTS:
+            return self.pick(self.key_of(headers, payload, oip))
+        return self.pick(None)  # all to one version: no key needed, no draw made
 
     def pick(self, key: bytes | None) -> ServedModel:
         """The version that answers a request with this key (None: a random draw)."""
@@ -327,7 +324,7 @@ class Split:
             return None
         if result is None and 400 <= status < 500:
             return None
-        i = bisect_left(LATENCY_BOUNDS_MS, seconds * 1000)  # the row's and the series' bucket
+        i = latency_index(seconds * 1000)  # the row's and the series' bucket
         now = time.time()
         row = lane.row
         if row is None or lane.gen != self.outcomes.gen or not lane.start <= now < lane.end:
