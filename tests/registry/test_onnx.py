@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import reprise
 from reprise.core.errors import UserError
@@ -383,3 +385,73 @@ def test_export_leaves_the_model_in_eval_mode() -> None:
     pkg = package_model(net, sample=x, target=y)
     convert(pkg)
     assert not pkg.model.training  # a leaked train() would make native predictions random
+
+
+def _scaler_graph(offset: list[float], scale: list[float], width: int, elem: int) -> Any:
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Scaler", ["X"], ["Y"], domain="ai.onnx.ml", name="scaler",
+                            offset=offset, scale=scale)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", elem, [None, width])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT,
+                                                             [None, width])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18),
+                                                   helper.make_opsetid("ai.onnx.ml", 3)])
+
+
+_finite32 = {"allow_nan": False, "allow_infinity": False, "width": 32}
+
+
+@given(data=st.data(), width=st.integers(1, 6), rows=st.integers(1, 20),
+       broadcast=st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_a_scaler_as_sub_and_mul_answers_bit_for_bit_the_same(data: Any, width: int, rows: int,
+                                                            broadcast: bool) -> None:
+    """The law behind standard_scalers: ONNX Runtime's Scaler kernel and a Sub then a Mul
+    compute the same float32 numbers, for any offsets and scales, one per column or one
+    for all of them."""
+    from onnx import TensorProto
+
+    from reprise.registry._onnx import make_session, standard_scalers
+
+    n = 1 if broadcast else width
+    values = st.floats(-1e6, 1e6, **_finite32)
+    offset = data.draw(st.lists(values, min_size=n, max_size=n))
+    scale = data.draw(st.lists(st.floats(-1e3, 1e3, **_finite32), min_size=n, max_size=n))
+    x = np.asarray(data.draw(st.lists(values, min_size=rows * width, max_size=rows * width)),
+                   dtype=np.float32).reshape(rows, width)
+    before = _scaler_graph(offset, scale, width, TensorProto.FLOAT)
+    after = standard_scalers(_scaler_graph(offset, scale, width, TensorProto.FLOAT))
+    assert [n.op_type for n in after.graph.node] == ["Sub", "Mul"]
+    want = make_session(before.SerializeToString()).run(None, {"X": x})[0]
+    got = make_session(after.SerializeToString()).run(None, {"X": x})[0]
+    assert got.dtype == want.dtype == np.float32
+    assert np.array_equal(got, want, equal_nan=True)
+
+
+def test_a_scaler_over_doubles_is_left_to_the_ml_kernel() -> None:
+    """Scaler casts a double input to float first; a Sub over doubles would not: left."""
+    from onnx import TensorProto
+
+    from reprise.registry._onnx import standard_scalers
+
+    graph = standard_scalers(_scaler_graph([1.0, 2.0], [0.5, 0.25], 2, TensorProto.DOUBLE))
+    assert [n.op_type for n in graph.graph.node] == ["Scaler"]
+
+
+@pytest.mark.parametrize("kind", ["logistic", "mlp"])
+def test_converted_graphs_carry_no_ml_scaler(ws: Any, kind: str) -> None:
+    """A StandardScaler reaches the stored graph as the default domain's Sub and Mul."""
+    import onnx
+
+    if kind == "mlp":
+        net, prep, x, y = _mlp()
+        pkg = package_model(net, sample=x, target=y, preprocessing=prep, evaluation=_gates())
+    else:
+        model, x, _ = _sklearn("logistic")
+        pkg = package_model(model, sample=x, evaluation=_gates())
+    register_package("m", pkg, workspace=ws)
+    rec = optimize("m", 1, workspace=ws)
+    graph = onnx.load_from_string(load_model(f"m:{rec.version}", workspace=ws).onnx)
+    ops = [n.op_type for n in graph.graph.node]
+    assert "Scaler" not in ops and ops[:2] == ["Sub", "Mul"]
