@@ -1,6 +1,8 @@
 """``optimize``: a registered version's ONNX variant, proved equal before it is registered.
 
-1. The package's preprocessing and model become one ONNX graph (:mod:`._onnx`).
+1. The package's preprocessing and model become one ONNX graph (:mod:`._onnx`), with
+   a StandardScaler's scale folded into a following layer's weights where there is one;
+   if that graph fails the parity check (step 2) it is converted again without the fold.
 2. Parity: the example rows, a held-out set, and rows drawn from the signature's
    training ranges and categories are predicted by the native model and by ONNX
    Runtime: labels must be identical and probabilities within ``atol`` (float32
@@ -75,6 +77,13 @@ def optimize(name: str, version: int, *, onnx: bool = True, quantize: str | None
     held = resolve_holdout(ws, rec, pkg, holdout, holdout_target)
     rows, sources = parity_rows(pkg, held.rows)
     parity = prove_parity(pkg, candidate, rows, atol=atol, sources=sources)
+    if not parity["passed"] and "scale-folded-into-gemm" in io["rewrites"]:
+        # the fold rounds differently (by about a unit in the last place of a weight):
+        # near the tolerance the graph as converted, unfolded, may still pass
+        graph, io = convert(pkg, fold=False)
+        candidate = dataclasses.replace(pkg, onnx=graph, onnx_info=io, runtime="onnx",
+                                        session=make_session(graph))
+        parity = prove_parity(pkg, candidate, rows, atol=atol, sources=sources)
     parity["holdout"] = held.info
     if not parity["passed"]:
         raise UserError(f"ONNX parity failed for {rec.ref}: {parity['problem']}; nothing "
