@@ -8,10 +8,11 @@ cold start (spawn to ``/readyz``), single-row JSON requests/s at concurrency 1 (
 client in this process, answers checked) and 32 (``wrk -t1 -c32``, as bench_serve and
 bench_rollout load a server: a Python client at c=32 takes most of one of the two cores and
 capped every server near 270 requests/s in a quiet run, so it measured the client; its
-figure is kept as ``req_per_s_c32_httpx``), and the server's RSS after the load; then
-batch prediction rows/s in this process (validated columns, 50,000-row chunks, as
-``reprise predict`` does; after one warm-up chunk, the median of three passes over the
-rows). Medians over repeats; servers take turns.
+figure is kept as ``req_per_s_c32_httpx``), and the server's RSS after the load. Then,
+after all the servers, batch prediction rows/s in this process (validated columns,
+50,000-row chunks, as ``reprise predict`` does): a model's three runtimes take turns,
+one pass over the rows each per round, nine rounds, after a warm-up chunk each.
+Medians over repeats (rounds); servers take turns.
 """
 
 from __future__ import annotations
@@ -158,10 +159,20 @@ async def _load(url: str, body: bytes, concurrency: int, seconds: float) -> floa
         return done / (time.perf_counter() - t0)
 
 
-_BATCH_PASSES = 3  # passes over ``rows`` rows per measurement; their median is reported
+_BATCH_ROUNDS = 9  # interleaved passes of each runtime over ``rows`` rows
 
 
-def _batch_rows_per_s(root: Path, name: str, version: int, runtime: str, rows: int) -> float:
+def _batch_rows_per_s(root: Path, versions: dict[str, dict[str, int]], rows: int,
+                      rounds: int) -> dict[str, list[float]]:
+    """Rows/s of each model's runtimes, ``{"NAME.RUNTIME": [one per round]}``.
+
+    All of a model's packages are loaded and warmed up first (one chunk each: first-call
+    allocations, torch's and ONNX Runtime's, apart), then each round runs one pass of
+    ``rows`` rows per runtime, in an order rotated every round. On this shared machine
+    the rate of one runtime moved by a third between two passes 20 seconds apart (they
+    followed each server's load before), so a runtime's passes measured at other
+    moments than another's gave ratios from 1.35 to 2.50x in one run; interleaved, the
+    runtimes see the same moments."""
     import numpy as np
 
     from reprise.registry._api import _load as load_version
@@ -169,21 +180,26 @@ def _batch_rows_per_s(root: Path, name: str, version: int, runtime: str, rows: i
     from reprise.registry._registry import get_version
 
     ws = _ws(root)
-    pkg = load_version(ws, get_version(ws, name, version),
-                       "native" if runtime == "native" else "onnx")
-    rng = np.random.default_rng(0)
     chunk = 50_000
-    cols = {f.name: rng.uniform(f.min, f.max, chunk) for f in pkg.signature.inputs}
-    pkg.predict(cols)  # warm-up: first-call allocations (torch's, ONNX Runtime's) apart
-    rates = []
-    for _ in range(_BATCH_PASSES):  # a pass takes 0.1-0.4 s: one burst of other work on
-        t0 = time.perf_counter()  # this shared machine moved a single pass by 30 %
-        done = 0
-        while done < rows:
-            out = pkg.predict(cols)
-            done += len(out["prediction"])
-        rates.append(done / (time.perf_counter() - t0))
-    return statistics.median(rates)
+    out: dict[str, list[float]] = {}
+    for name, by_runtime in versions.items():
+        pkgs = {rt: load_version(ws, get_version(ws, name, v),
+                                 "native" if rt == "native" else "onnx")
+                for rt, v in by_runtime.items()}
+        sig = next(iter(pkgs.values())).signature
+        rng = np.random.default_rng(0)
+        cols = {f.name: rng.uniform(f.min, f.max, chunk) for f in sig.inputs}
+        for pkg in pkgs.values():
+            pkg.predict(cols)  # warm-up
+        order = list(pkgs)
+        for r in range(rounds):
+            for rt in order[r % len(order):] + order[:r % len(order)]:
+                t0 = time.perf_counter()
+                done = 0
+                while done < rows:
+                    done += len(pkgs[rt].predict(cols)["prediction"])
+                out.setdefault(f"{name}.{rt}", []).append(done / (time.perf_counter() - t0))
+    return out
 
 
 @dataclass(frozen=True)
@@ -200,6 +216,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--rows", type=int, default=1_000_000, help="batch rows per case")
     args = ap.parse_args(argv)
     repeats, seconds = (1, 1.5) if args.quick else (3, 4.0)
+    rounds = 3 if args.quick else _BATCH_ROUNDS
     rows = 100_000 if args.quick else args.rows
     root = WORK / "onnx"
     shutil.rmtree(root, ignore_errors=True)
@@ -247,8 +264,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                       ("req_per_s_c32", c32),
                                       ("req_per_s_c32_httpx", c32_httpx), ("rss_mb", rss)):
                     samples.setdefault(f"{key}.{metric}", []).append(value)
-                samples.setdefault(f"{key}.batch_rows_per_s", []).append(
-                    _batch_rows_per_s(root, name, version, runtime, rows))
+    for key, rates in _batch_rows_per_s(root, versions, rows, rounds).items():
+        samples[f"{key}.batch_rows_per_s"] = rates
     figures = {k: statistics.median(v) for k, v in samples.items()}
     ratios = {}
     for name in versions:
@@ -257,11 +274,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                            "batch_rows_per_s"):
                 ratios[f"{name}.{runtime}_vs_native.{metric}"] = (
                     figures[f"{name}.{runtime}.{metric}"] / figures[f"{name}.native.{metric}"])
+            paired = [a / b for a, b in zip(samples[f"{name}.{runtime}.batch_rows_per_s"],
+                                            samples[f"{name}.native.batch_rows_per_s"],
+                                            strict=True)]  # the same round's passes
+            ratios[f"{name}.{runtime}_vs_native.batch_rows_per_s_paired"] = \
+                statistics.median(paired)
             ratios[f"{name}.{runtime}_vs_native.rss"] = (
                 figures[f"{name}.{runtime}.rss_mb"] / figures[f"{name}.native.rss_mb"])
     result = {"figures": figures, "ratios": ratios, "samples": samples,
               "settings": {"parity_atol": ATOL, "repeats": repeats, "load_seconds": seconds,
-                           "batch_rows": rows,
+                           "batch_rows": rows, "batch_rounds": rounds,
                            "c32_client": "wrk -t1 -c32" if wrk else "httpx (wrk missing)",
                            "ort_threads": os.environ.get("REPRISE_ORT_THREADS", "all CPUs"),
                            "cold_start": "spawn of `reprise serve` to /readyz 200, after one "
