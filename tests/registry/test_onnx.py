@@ -527,6 +527,51 @@ def test_a_scale_read_elsewhere_or_a_gemm_without_constant_weights_is_not_folded
     graph = _scale_gemm_graph([2.0, 3.0], np.ones((2, 2)), 0)
     graph.graph.node[1].input[1] = "X"  # weights that are not a constant
     assert fold_scales(graph) == 0
+    graph = _scale_gemm_graph([2.0, 3.0], np.ones((2, 2)), 0)
+    graph.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 1  # x [n, 1] * s [2]
+    assert fold_scales(graph) == 0  # the Mul grows its input: folding would change it
+    for listed in ("s", "W"):  # a constant a caller may feed (an input) or read (an output)
+        for where in ("input", "output"):
+            graph = _scale_gemm_graph([2.0, 3.0], np.ones((2, 2)), 0)
+            getattr(graph.graph, where).append(helper.make_tensor_value_info(listed, 1, None))
+            assert fold_scales(graph) == 0, (listed, where)
+    graph = _scale_gemm_graph([2.0, 3.0], np.ones((2, 2)), 0)  # names read in a subgraph
+    branch = helper.make_graph([helper.make_node("Identity", ["t"], ["z"])], "b", [],
+                               [helper.make_tensor_value_info("z", 1, None)])
+    graph.graph.node.append(helper.make_node("If", ["c"], ["o"], then_branch=branch,
+                                             else_branch=branch))
+    assert fold_scales(graph) == 0
+
+
+def test_a_scaler_with_lengths_the_runtime_refuses_is_left_as_it_is() -> None:
+    from onnx import TensorProto
+
+    from reprise.registry._onnx import standard_scalers
+
+    graph = _scaler_graph([1.0], [0.5, 0.25, 2.0], 3, TensorProto.FLOAT)
+    assert standard_scalers(graph) == 0 and graph.graph.node[0].op_type == "Scaler"
+
+
+def test_a_folded_graph_that_fails_to_load_is_converted_again_unfolded(
+        ws: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from reprise.registry import _onnx
+
+    net, prep, x, y = _mlp()
+    register_package("mlp", package_model(net, sample=x, target=y, preprocessing=prep,
+                                          evaluation=_gates()), workspace=ws)
+    real = _onnx.make_session
+    graphs: list[bytes] = []
+
+    def first_fails(graph: bytes) -> Any:
+        graphs.append(graph)
+        if len(graphs) == 1:
+            raise RuntimeError("injected: the folded graph does not load")
+        return real(graph)
+
+    monkeypatch.setattr(_onnx, "make_session", first_fails)
+    rec = optimize("mlp", 1, workspace=ws)
+    assert load_model(f"mlp:{rec.version}", workspace=ws).onnx_info["rewrites"] == \
+        ["scaler-as-sub-mul"]
 
 
 def test_a_folded_graph_failing_parity_is_converted_again_unfolded(

@@ -59,20 +59,24 @@ def standard_scalers(model: Any) -> int:
     kernels: skl2onnx's StandardScaler was 40 % of the demo MLP's batch time in ONNX
     Runtime (4.9 of 12.3 ms for 50,000 rows on 2 threads); the whole graph then took 6.6
     ms where it took 9.4 (the same run).
-    A Scaler over another type (it casts doubles and integers to float first), or
-    without both attributes, is left as it is.
+    A Scaler over another type (it casts doubles and integers to float first), without
+    both attributes or with attributes of different lengths, or a graph with subgraphs
+    (If, Loop), is left as it is.
     """
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    if not any(n.op_type == "Scaler" and n.domain == "ai.onnx.ml" for n in model.graph.node):
+    if not any(n.op_type == "Scaler" and n.domain == "ai.onnx.ml" for n in model.graph.node) \
+            or _has_subgraphs(model):
         return 0
     inferred = onnx.shape_inference.infer_shapes(model)
     elem = {v.name: v.type.tensor_type.elem_type for v in (
         *inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output)}
-    taken = {i.name for i in model.graph.initializer} | {
-        name for n in model.graph.node for name in (*n.input, *n.output)}
+    graph = model.graph
+    taken = {i.name for i in graph.initializer} | {
+        name for n in graph.node for name in (*n.input, *n.output)} | {
+        v.name for v in (*graph.input, *graph.output, *graph.value_info)}
 
     def fresh(base: str) -> str:
         name, k = base, 0
@@ -87,7 +91,9 @@ def standard_scalers(model: Any) -> int:
         attrs = {a.name: list(a.floats) for a in node.attribute}
         if (node.op_type != "Scaler" or node.domain != "ai.onnx.ml"
                 or elem.get(node.input[0]) != TensorProto.FLOAT
-                or not attrs.get("offset") or not attrs.get("scale")):
+                or not attrs.get("offset") or not attrs.get("scale")
+                # ONNX Runtime's kernel refuses lengths that differ; Sub and Mul would not
+                or len(attrs["offset"]) != len(attrs["scale"])):
             nodes.append(node)
             continue
         base = node.name or node.output[0]
@@ -104,6 +110,15 @@ def standard_scalers(model: Any) -> int:
     del model.graph.node[:]
     model.graph.node.extend(nodes)
     return done
+
+
+def _has_subgraphs(model: Any) -> bool:
+    """Whether a node of ``model`` holds a graph (If, Loop, Scan): names read inside one
+    are not among the top-level nodes' inputs, so the rewrites leave such graphs alone."""
+    from onnx import AttributeProto
+
+    return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS)
+               for n in model.graph.node for a in n.attribute)
 
 
 def fold_scales(model: Any) -> int:
@@ -124,20 +139,28 @@ def fold_scales(model: Any) -> int:
     the MLP's probabilities), which the parity check covers.
     """
     import numpy as np
+    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     graph = model.graph
+    if _has_subgraphs(model):
+        return 0
     inits = {i.name: i for i in graph.initializer}
+    # names a caller may feed or read: their constants are not changed nor removed
+    outside = {v.name for v in (*graph.input, *graph.output)}
+    shapes = {v.name: [d.dim_value if d.HasField("dim_value") else None
+                       for d in v.type.tensor_type.shape.dim]
+              for v in (*onnx.shape_inference.infer_shapes(model).graph.value_info,
+                        *graph.input)}
     readers: dict[str, int] = {}
     for node in graph.node:
         for name in node.input:
             readers[name] = readers.get(name, 0) + 1
-    outputs = {o.name for o in graph.output}
     gemms = {n.input[0]: n for n in graph.node if n.op_type == "Gemm" and n.domain in ("", "ai.onnx")}
     drop, scales, done = set(), set(), 0
     for at, node in enumerate(graph.node):
         if node.op_type != "Mul" or node.domain not in ("", "ai.onnx") or \
-                node.output[0] in outputs or readers.get(node.output[0]) != 1:
+                node.output[0] in outside or readers.get(node.output[0]) != 1:
             continue
         gemm = gemms.get(node.output[0])
         scale_name = next((i for i in node.input if i in inits), None)
@@ -148,13 +171,20 @@ def fold_scales(model: Any) -> int:
         attrs = {a.name: helper.get_attribute_value(a) for a in gemm.attribute}
         if len(other) != 1 or w_init is None or readers.get(gemm.input[1]) != 1 or \
                 attrs.get("transA", 0) or w_init.data_type != TensorProto.FLOAT or \
-                inits[scale_name].data_type != TensorProto.FLOAT:
+                inits[scale_name].data_type != TensorProto.FLOAT or \
+                {scale_name, gemm.input[1]} & outside:
             continue
         w = numpy_helper.to_array(w_init).astype(np.float64)
-        s = numpy_helper.to_array(inits[scale_name]).astype(np.float64).reshape(-1)
-        k = w.shape[1] if attrs.get("transB", 0) else w.shape[0]
-        if w.ndim != 2 or s.size not in (1, k):
+        s_raw = numpy_helper.to_array(inits[scale_name]).astype(np.float64)
+        if w.ndim != 2:
             continue
+        k = w.shape[1] if attrs.get("transB", 0) else w.shape[0]
+        # the Mul must leave its other input's shape as it is: that input [rows, k] (its
+        # shape known), the scale one per column ([k] or [1, k]) or one for all
+        if shapes.get(other[0], [None])[-1:] != [k] or len(shapes[other[0]]) != 2 or \
+                s_raw.shape not in ((), (1,), (k,), (1, 1), (1, k)):
+            continue
+        s = s_raw.reshape(-1)
         s = np.broadcast_to(s, (k,))
         folded = w * (s[None, :] if attrs.get("transB", 0) else s[:, None])
         w_init.CopyFrom(numpy_helper.from_array(folded.astype(np.float32), w_init.name))

@@ -72,14 +72,20 @@ def optimize(name: str, version: int, *, onnx: bool = True, quantize: str | None
                         f"{(pkg.onnx_info or {}).get('source', {}).get('version')}); "
                         "optimise the source version instead")
     graph, io = convert(pkg)
-    candidate = dataclasses.replace(pkg, onnx=graph, onnx_info=io, runtime="onnx",
-                                    session=make_session(graph))
     held = resolve_holdout(ws, rec, pkg, holdout, holdout_target)
     rows, sources = parity_rows(pkg, held.rows)
-    parity = prove_parity(pkg, candidate, rows, atol=atol, sources=sources)
+    try:
+        candidate = dataclasses.replace(pkg, onnx=graph, onnx_info=io, runtime="onnx",
+                                        session=make_session(graph))
+        parity = prove_parity(pkg, candidate, rows, atol=atol, sources=sources)
+    except Exception:
+        if "scale-folded-into-gemm" not in io["rewrites"]:
+            raise
+        parity = {"passed": False}
     if not parity["passed"] and "scale-folded-into-gemm" in io["rewrites"]:
         # the fold rounds differently (by about a unit in the last place of a weight):
-        # near the tolerance the graph as converted, unfolded, may still pass
+        # near the tolerance the graph as converted, unfolded, may still pass (and a
+        # graph the fold broke, which no converted graph has shown, is never kept)
         graph, io = convert(pkg, fold=False)
         candidate = dataclasses.replace(pkg, onnx=graph, onnx_info=io, runtime="onnx",
                                         session=make_session(graph))
