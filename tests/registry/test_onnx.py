@@ -602,3 +602,26 @@ def test_a_folded_graph_failing_parity_is_converted_again_unfolded(
     assert [n.op_type for n in onnx.load_from_string(loaded.onnx).graph.node][:3] == \
         ["Sub", "Mul", "Gemm"]
     assert loaded.onnx_info["rewrites"] == ["scaler-as-sub-mul"]
+
+
+@pytest.mark.parametrize("kind", ["columns", "mlp"])
+def test_optimizing_twice_is_the_same_graph_and_the_same_version(ws: Any, kind: str) -> None:
+    """The graph is a function of the package (skl2onnx names a graph with a random uuid
+    unless given a name, and merging two graphs writes both names into the doc string):
+    the variant's bytes, hence its manifest hash, are the same on every conversion, so
+    optimising a version again finds the variant already registered."""
+    from reprise.registry._onnx import convert
+
+    if kind == "mlp":
+        net, prep, x, y = _mlp()
+        pkg = package_model(net, sample=x, target=y, preprocessing=prep, evaluation=_gates())
+    else:
+        model, x, _ = _sklearn("columns")
+        pkg = package_model(model, sample=x, evaluation=_gates())
+    assert convert(pkg)[0] == convert(pkg)[0]
+    assert convert(pkg, fold=False)[0] == convert(pkg, fold=False)[0]
+    register_package("m", pkg, workspace=ws)
+    first, again = optimize("m", 1, workspace=ws), optimize("m", 1, workspace=ws)
+    assert (first.version, first.package_hash) == (again.version, again.package_hash)
+    assert [v["version"] for v in describe_model("m", workspace=ws)["versions"]] == [1, 2]
+    assert first.meta["onnx"]["rewrites"] == again.meta["onnx"]["rewrites"] != []

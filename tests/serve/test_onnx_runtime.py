@@ -66,6 +66,16 @@ def test_optimize_serve_and_predict_with_onnx_runtime(mlp_workspace: tuple[Path,
     info = json.loads(done.stdout)
     assert info["version"] == 2 and info["parity"] is True and info["source_version"] == 1
     assert info["parity_report"]["rows"] >= 256 and info["parity_report"]["max_abs_diff"] < 1e-5
+    assert info["created"] is True
+    assert info["rewrites"] == ["scaler-as-sub-mul", "scale-folded-into-gemm"]
+    again = _cli(root, "models", "optimize", "mlp:1")  # the same graph: the same version
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("already registered as mlp:2: ONNX variant of mlp:1")
+    assert "  graph rewrites    scaler-as-sub-mul, scale-folded-into-gemm" in again.stdout
+    shown = _cli(root, "models", "show", "mlp:2")
+    assert shown.returncode == 0, shown.stderr
+    assert "ONNX variant of mlp:1 (package " in shown.stdout
+    assert "parity, native vs ONNX Runtime (atol 1e-05): passed" in shown.stdout
 
     rows = x.head(20).to_dict("records")
     native, _, platform = _serve_and_ask(root, "mlp:1", "native", rows)

@@ -85,16 +85,22 @@ def optimize(
     name, alias, version = split_ref(ref)
     if version is None:
         raise UserError(f"give the version to optimise as NAME:VERSION, not {ref!r}")
+    ws = _ws()
+    # the conversion is deterministic: optimising a version again finds its variant
+    held = {v.package_hash for v in ws.metadata.list_model_versions(name)}
     rec = run_optimize(name, version, onnx=onnx, quantize=quantize, atol=atol,
                        max_drop=max_drop, holdout=holdout, holdout_target=target,
-                       workspace=_ws())
+                       workspace=ws)
+    created = rec.package_hash not in held
     onnx_meta = rec.meta.get("onnx") or {}
     if as_json:
-        render.print_json({"name": rec.name, "version": rec.version, "source_version": version,
+        render.print_json({"name": rec.name, "version": rec.version, "created": created,
+                           "source_version": version,
                            "package": rec.package_hash, "parity": onnx_meta.get("parity"),
                            "quantize": onnx_meta.get("quantize"),
                            "parity_report": onnx_meta.get("report"),
                            "quantization_gate": onnx_meta.get("gate"),
+                           "rewrites": onnx_meta.get("rewrites", []),
                            "gates_passed": rec.metrics.get("gates_passed")})
         return
     gates = {True: "gates passed", False: "GATES FAILED", None: "no gates"}[
@@ -103,13 +109,17 @@ def optimize(
         gates = "quantisation gate INCONCLUSIVE (promotion blocked)"
     what = f"ONNX {quantize}" if quantize else "ONNX"
     report = onnx_meta.get("report") or {}
-    typer.echo(f"registered {rec.ref}: {what} variant of {name}:{version}, {gates}")
-    for line in parity_lines(report, onnx_meta.get("gate")):
+    verb = "registered" if created else "already registered as"
+    typer.echo(f"{verb} {rec.ref}: {what} variant of {name}:{version}, {gates}")
+    for line in parity_lines(report, onnx_meta.get("gate"), onnx_meta.get("rewrites")):
         typer.echo(line)
 
 
-def parity_lines(report: dict[str, Any], gate: dict[str, Any] | None) -> list[str]:
-    """The parity report (and quantisation gate) of an ONNX variant, for people."""
+def parity_lines(report: dict[str, Any], gate: dict[str, Any] | None,
+                 rewrites: list[str] | None = None) -> list[str]:
+    """The parity report (and quantisation gate) of an ONNX variant, for people;
+    ``rewrites``: what the conversion changed in the graph (None: not recorded, as for
+    variants registered before it was)."""
     sources = report.get("sources") or {}
     held = report.get("holdout") or {}
     labels = report.get("labels_identical")
@@ -127,6 +137,8 @@ def parity_lines(report: dict[str, Any], gate: dict[str, Any] | None) -> list[st
                    + (f" (differing on {ties} native near-tie(s))" if ties else ""))
     if report.get("problem"):
         out.append(f"  problem           {report['problem']}")
+    if rewrites is not None:
+        out.append(f"  graph rewrites    {', '.join(rewrites) or 'none'}")
     if gate:
         out.extend(gate_lines(gate))
     return out
@@ -232,6 +244,15 @@ def _show_version(info: dict[str, Any]) -> None:
                    f"{', '.join(lineage.get('files') or []) or '-'}; code snapshot "
                    f"{(lineage.get('code_snapshot') or '-')[:16]}; pipeline "
                    f"{lineage.get('pipeline')}")
+    meta = info.get("meta") or {}
+    if meta.get("onnx"):  # an ONNX variant (models optimize): what it came from, its proof
+        onnx_meta = meta["onnx"]
+        what = f"ONNX {onnx_meta['quantize']}" if onnx_meta.get("quantize") else "ONNX"
+        typer.echo(f"{what} variant of {info['name']}:{meta.get('source_version')} "
+                   f"(package {str(meta.get('source_package') or '-')[:16]})")
+        for line in parity_lines(onnx_meta.get("report") or {}, onnx_meta.get("gate"),
+                                 onnx_meta.get("rewrites")):
+            typer.echo(line)
     if info["metrics"]:
         render.table(["metric", "value"], [[k, v] for k, v in info["metrics"].items()])
     sig = info.get("signature") or {}

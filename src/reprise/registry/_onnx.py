@@ -328,7 +328,10 @@ def _sklearn_graph(pkg: Any, est: Any, *, final: bool) -> Any:
     if final and hasattr(last, "predict_proba"):
         options[id(last)] = {"zipmap": False}
     try:
-        return convert_sklearn(est, initial_types=_initial_types(_inputs(pkg)),
+        # named: skl2onnx names an unnamed graph with a random uuid, which made every
+        # conversion's bytes (and so the variant's manifest hash) differ
+        return convert_sklearn(est, name="model" if final else "preprocessing",
+                               initial_types=_initial_types(_inputs(pkg)),
                                options=options, target_opset={"": OPSET,
                                                               "ai.onnx.ml": ML_OPSET})
     except Exception as exc:  # the converter's own refusal, with its reason

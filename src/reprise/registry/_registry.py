@@ -139,7 +139,8 @@ def register_package(ws: Any, name: str, package_hash: str, *, run_id: str | Non
                     onnx={"parity": (info.get("parity") or {}).get("passed"),
                           "quantize": (info.get("quantization") or {}).get("method"),
                           "report": info.get("parity"),
-                          "gate": (info.get("quantization") or {}).get("gate")})
+                          "gate": (info.get("quantization") or {}).get("gate"),
+                          "rewrites": list(info.get("rewrites") or [])})
         payload.update(source=source.ref, onnx={k: meta["onnx"][k]
                                                 for k in ("parity", "quantize")})
         action = "model.optimize"
