@@ -8,7 +8,9 @@ cold start (spawn to ``/readyz``), single-row JSON requests/s at concurrency 1 (
 client in this process, answers checked) and 32 (``wrk -t1 -c32``, as bench_serve and
 bench_rollout load a server: a Python client at c=32 takes most of one of the two cores and
 capped every server near 270 requests/s in a quiet run, so it measured the client; its
-figure is kept as ``req_per_s_c32_httpx``), and the server's RSS after the load. Then,
+figure is kept as ``req_per_s_c32_httpx``), and the server's RSS after the load (these
+servers run with ``--no-request-log``; once more each, with the request log on as by
+default, the RSS after its first Parquet chunk: ``rss_mb_request_log``). Then,
 after all the servers, batch prediction rows/s in this process (validated columns,
 50,000-row chunks, as ``reprise predict`` does): a model's three runtimes take turns,
 one pass over the rows each per round, nine rounds, after a warm-up chunk each.
@@ -112,7 +114,7 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _serve(root: Path, name: str, version: int, runtime: str
+def _serve(root: Path, name: str, version: int, runtime: str, request_log: bool = False
            ) -> tuple[subprocess.Popen[bytes], str, float, float]:
     """A started server, its URL, the cold start (spawn to ``/readyz`` 200, wall seconds)
     and the server's CPU seconds by then (less noisy on a shared machine)."""
@@ -124,8 +126,8 @@ def _serve(root: Path, name: str, version: int, runtime: str
     proc = subprocess.Popen(
         [sys.executable, "-m", "reprise.cli", "serve", f"{name}:{version}", "--port",
          str(port), "--runtime", "native" if runtime == "native" else "onnx",
-         "--no-request-log", "--log-level", "warning"], cwd=root, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+         *([] if request_log else ["--no-request-log"]), "--log-level", "warning"],
+        cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     while True:
         if proc.poll() is not None:
@@ -202,6 +204,30 @@ def _batch_rows_per_s(root: Path, versions: dict[str, dict[str, int]], rows: int
     return out
 
 
+def _rss_with_request_log(root: Path, name: str, version: int, runtime: str, body: bytes
+                          ) -> float:
+    """RSS (MB) of a server with the request log on (``reprise serve``'s default) once its
+    log has written a chunk: writing Parquet through pyarrow imports pandas, which the
+    figures above (``--no-request-log``) leave out."""
+    import httpx
+
+    proc, url, *_ = _serve(root, name, version, runtime, request_log=True)
+    try:
+        asyncio.run(_load(f"{url}/v1/models/{name}/predict", body, 4, 1.0))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the first flush comes within log_flush_s (10 s)
+            if 'outcome="written"' in httpx.get(url + "/metrics", timeout=5).text:
+                break
+            time.sleep(0.5)
+        else:
+            raise RuntimeError(f"{name}:{version} ({runtime}): the request log wrote nothing")
+        time.sleep(0.5)
+        return _rss_mb(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)
+
+
 @dataclass(frozen=True)
 class _Target:
     """What bench_serve.run_wrk reads of a server: its port and path."""
@@ -264,6 +290,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                       ("req_per_s_c32", c32),
                                       ("req_per_s_c32_httpx", c32_httpx), ("rss_mb", rss)):
                     samples.setdefault(f"{key}.{metric}", []).append(value)
+    for name, by_runtime in versions.items():
+        for runtime, version in by_runtime.items():
+            samples[f"{name}.{runtime}.rss_mb_request_log"] = [
+                _rss_with_request_log(root, name, version, runtime, body)]
     for key, rates in _batch_rows_per_s(root, versions, rows, rounds).items():
         samples[f"{key}.batch_rows_per_s"] = rates
     figures = {k: statistics.median(v) for k, v in samples.items()}

@@ -10,6 +10,14 @@ registered again, so both versions cost the same):
   decider analyses every second, but takes no step);
 * ``shadow``: a shadow rollout of v2 (every stable answer copied to the candidate).
 
+The same three again with ONNX Runtime (``plain_onnx``, ``canary_onnx``, ``shadow_onnx``:
+``reprise serve --runtime onnx``, the stable and the candidate each version's ONNX
+variant, ``models optimize``): a scikit-learn call costs ~130-400 us of interpreter time
+whatever its rows (its input checks), an ONNX Runtime call a small part of that, so
+there the canary's cost is mostly the routing and the recording, which is what the
+issue's "routing cost" names; the scikit-learn servers show what a candidate's own
+per-call cost adds. ``--runtimes native`` measures the first three only.
+
 ``wrk`` (one thread, single-row JSON POSTs, ``serve_post.lua``) at concurrency 32 runs
 against each in turn, order rotated every round, one second of warm-up before each
 measurement; figures are medians over the rounds. Goals: canary requests/s >= 0.95x
@@ -69,6 +77,8 @@ GOALS = {  # from the issue: measured and reported, never asserted
     "shadow_c32_p99_vs_plain": ("<=", 1.10),
     "reaction_s_max_minus_interval": ("<=", 1.0),
 }
+RUNTIMES = ("native", "onnx")
+ROLES = ("plain", "canary", "shadow")
 
 
 @dataclass
@@ -77,6 +87,9 @@ class Server:
     ws_dir: Path
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    role: str = "plain"  # plain, canary or shadow
+    runtime: str = "native"
+    versions: tuple[int, int] = (1, 2)  # the stable version and the candidate
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     samples: list[dict[str, float]] = field(default_factory=list)
@@ -86,9 +99,12 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
 
-def _workspace(work: Path, name: str, frame: Any, model: Any) -> tuple[Path, Any]:
+def _workspace(work: Path, name: str, frame: Any, model: Any, runtime: str = "native"
+               ) -> tuple[Path, Any, tuple[int, int]]:
+    """A workspace with two versions of the model costing the same, the first in
+    production: versions 1 and 2, or (``runtime="onnx"``) their ONNX variants 3 and 4."""
     import reprise
-    from reprise.registry import package_model, promote, register_package
+    from reprise.registry import optimize, package_model, promote, register_package
 
     ws_dir = work / name
     ws_dir.mkdir(parents=True)
@@ -96,11 +112,16 @@ def _workspace(work: Path, name: str, frame: Any, model: Any) -> tuple[Path, Any
     for v in (1, 2):  # the same model (a new description: a new package), so both cost the same
         register_package("lr", package_model(model, sample=frame, description=f"copy {v}"),
                          workspace=ws)
-    promote("lr", 1, "production", workspace=ws, force=True, reason="benchmark")
-    return ws_dir, ws
+    versions = (1, 2)
+    if runtime == "onnx":
+        versions = (optimize("lr", 1, workspace=ws).version,
+                    optimize("lr", 2, workspace=ws).version)
+    promote("lr", versions[0], "production", workspace=ws, force=True, reason="benchmark")
+    return ws_dir, ws, versions
 
 
-def prepare(work: Path) -> tuple[list[Server], Server, dict[str, float], Any]:
+def prepare(work: Path, runtimes: list[str]
+            ) -> tuple[list[Server], Server, dict[str, float], Any]:
     from _serve_peers import make_model
     from reprise.serve import start_rollout
 
@@ -110,17 +131,20 @@ def prepare(work: Path) -> tuple[list[Server], Server, dict[str, float], Any]:
     # second); the reaction-time server every 0.5 s, as the end-to-end tests do
     serve = ["-m", "reprise.cli", "serve", "lr@production", "--log-level", "warning"]
     servers = []
-    for name in ("plain", "canary", "shadow"):
-        ws_dir, ws = _workspace(work, name, frame, model)
-        if name == "canary":
-            start_rollout("lr", 2, steps=[10, 100], interval="1h", force=True,
-                          reason="benchmark", workspace=ws)
-        elif name == "shadow":
-            start_rollout("lr", 2, strategy="shadow", interval="1h", force=True,
-                          reason="benchmark", workspace=ws)
-        ws.close()
-        servers.append(Server(name, ws_dir, [python(), *serve]))
-    ws_dir, ws = _workspace(work, "failing", frame, model)
+    for runtime in runtimes:
+        for role in ROLES:
+            name = role if runtime == "native" else f"{role}_{runtime}"
+            ws_dir, ws, versions = _workspace(work, name, frame, model, runtime)
+            if role == "canary":
+                start_rollout("lr", versions[1], steps=[10, 100], interval="1h", force=True,
+                              reason="benchmark", workspace=ws)
+            elif role == "shadow":
+                start_rollout("lr", versions[1], strategy="shadow", interval="1h", force=True,
+                              reason="benchmark", workspace=ws)
+            ws.close()
+            servers.append(Server(name, ws_dir, [python(), *serve, "--runtime", runtime],
+                                  role=role, runtime=runtime, versions=versions))
+    ws_dir, ws, _ = _workspace(work, "failing", frame, model)
     failing = Server("failing", ws_dir, [python(), str(FAULTS), *serve[2:],
                                          "--poll-interval", "0.5"],
                      env={"REPRISE_BENCH_FAIL": f"2:{FAIL_SHARE}"})
@@ -257,7 +281,7 @@ def measure(wrk: str, servers: list[Server], body: Path, repeats: int, seconds: 
             loop_s, other_s = (b - a for a, b in zip(threads, thread_cpu_seconds(s),
                                                      strict=True))
             woke = [b - a for a, b in zip(switches, thread_switches(s), strict=True)]
-            seen = _delta(counters(s), before)
+            seen = _as_v1_v2(_delta(counters(s), before), s.versions)
             answered = seen.get("requests_v1", 0.0) + seen.get("requests_v2", 0.0)
             # CPU per answer: what the routing or the shadow costs the server, less
             # sensitive than requests/s to what else runs on a shared machine
@@ -277,10 +301,10 @@ def measure(wrk: str, servers: list[Server], body: Path, repeats: int, seconds: 
                 sample[f"shadow_{outcome}"] = seen.get(f"shadow_{outcome}", 0.0)
             sample["load1"] = os.getloadavg()[0]
             s.samples.append(sample)
-            extra = (f"  v2 {sample['candidate_share']:.1%}" if s.name == "canary" else
+            extra = (f"  v2 {sample['candidate_share']:.1%}" if s.role == "canary" else
                      f"  copies compared {sample['shadow_compared']:.0f} dropped "
-                     f"{sample['shadow_dropped']:.0f}" if s.name == "shadow" else "")
-            print(f"  round {r + 1} {s.name:7s} c={CONCURRENCY} {sample['rps']:>8,.0f} req/s  "
+                     f"{sample['shadow_dropped']:.0f}" if s.role == "shadow" else "")
+            print(f"  round {r + 1} {s.name:12s} c={CONCURRENCY} {sample['rps']:>8,.0f} req/s  "
                   f"p50 {sample['p50_ms']:6.2f} ms  p99 {sample['p99_ms']:6.2f} ms  "
                   f"errors {sample['errors']:.0f}  cpu {sample['cpu_us_per_request']:.0f} "
                   f"us/req (loop {sample['loop_cpu_us_per_request']:.0f})  wake-ups/req "
@@ -289,6 +313,20 @@ def measure(wrk: str, servers: list[Server], body: Path, repeats: int, seconds: 
                   f"{sample['v1_calls_per_request']:.3f}+{sample['v2_calls_per_request']:.3f} "
                   f"rows/call {sample['v1_rows_per_call']:.1f}, "
                   f"{sample['v2_rows_per_call']:.1f}{extra}", flush=True)
+
+
+def _as_v1_v2(seen: dict[str, float], versions: tuple[int, int]) -> dict[str, float]:
+    """``seen`` with the stable version's counters named v1's and the candidate's v2's."""
+    names = {f"v{version}": f"v{i}" for i, version in enumerate(versions, 1)}
+    out = {}
+    for key, value in seen.items():
+        head, _, version = key.rpartition("_")
+        if head and version.startswith("v"):
+            if version in names:
+                out[f"{head}_{names[version]}"] = value
+        else:
+            out[key] = value
+    return out
 
 
 class _Target:
@@ -303,7 +341,7 @@ def _target(server: Server) -> Any:
 # -- in-process CPU per request -------------------------------------------------------------
 
 async def _cpu_slice(ws_dir: Path, body: dict[str, Any], requests: int,
-                     rollout: bool) -> float:
+                     rollout: bool, runtime: str = "native") -> float:
     """Process CPU microseconds per request of ``requests`` single-row predictions sent 32
     at a time to a server started here, on ``ws_dir``, without sockets (httpx's ASGI
     transport): the same client work for every configuration, so differences between
@@ -314,7 +352,8 @@ async def _cpu_slice(ws_dir: Path, body: dict[str, Any], requests: int,
     from reprise.serve import Settings, create_app
     from reprise.tracking._api import open_workspace
 
-    app = create_app(RegistrySource(open_workspace(ws_dir)), ["lr@production"],
+    app = create_app(RegistrySource(open_workspace(ws_dir), runtime=runtime),
+                     ["lr@production"],
                      settings=Settings())
     state = app.state.reprise
     async with app.router.lifespan_context(app):
@@ -341,13 +380,15 @@ def inprocess(servers: list[Server], body: dict[str, Any], repeats: int,
 
     out: dict[str, list[float]] = {s.name: [] for s in servers}
     for s in servers:  # what each imports once (the analysis: scipy) is not measured
-        asyncio.run(_cpu_slice(s.ws_dir, body, 4 * CONCURRENCY, s.name != "plain"))
+        asyncio.run(_cpu_slice(s.ws_dir, body, 4 * CONCURRENCY, s.role != "plain",
+                               s.runtime))
     for r in range(repeats):
         order = servers[r % len(servers):] + servers[:r % len(servers)]
         for s in order:
-            us = asyncio.run(_cpu_slice(s.ws_dir, body, requests, s.name != "plain"))
+            us = asyncio.run(_cpu_slice(s.ws_dir, body, requests, s.role != "plain",
+                                        s.runtime))
             out[s.name].append(us)
-            print(f"  in-process round {r + 1} {s.name:7s} {us:7.1f} us CPU per request "
+            print(f"  in-process round {r + 1} {s.name:12s} {us:7.1f} us CPU per request "
                   "(client included)", flush=True)
     return out
 
@@ -442,6 +483,8 @@ def _s(v: float | None) -> str:
 
 def summarise(servers: list[Server], reactions: list[dict[str, Any]]
               ) -> tuple[dict[str, float], dict[str, float], dict[str, Any]]:
+    """Medians per server, ratios to the plain server of the same runtime, the goals (the
+    native runtime's under the issue's names, ONNX Runtime's prefixed ``onnx_``)."""
     med = statistics.median
     by = {s.name: s for s in servers}
     figures = {f"{s.name}_c32_{k}": med(x[k] for x in s.samples)
@@ -452,50 +495,60 @@ def summarise(servers: list[Server], reactions: list[dict[str, Any]]
                                           "other_wakeups_per_request",
                                           "preempted_per_request",
                                           "v1_calls_per_request", "v1_rows_per_call")}
-    for name in ("canary", "shadow"):
-        for k in ("v2_calls_per_request", "v2_rows_per_call"):
-            figures[f"{name}_c32_{k}"] = med(x[k] for x in by[name].samples)
-    figures["canary_candidate_share"] = med(x["candidate_share"] for x in by["canary"].samples)
-    for outcome in ("compared", "dropped", "failed"):
-        figures[f"shadow_copies_{outcome}_per_s"] = med(
-            x[f"shadow_{outcome}"] / x["duration_s"] for x in by["shadow"].samples)
-    figures["shadow_compared_share"] = med(
-        x["shadow_compared"] / max(1.0, x["shadow_compared"] + x["shadow_dropped"])
-        for x in by["shadow"].samples)
     figures.update({f"{s.name}_errors": sum(x["errors"] for x in s.samples) for s in servers})
-    f = figures
-    ratios = {
-        "canary_c32_rps_vs_plain": f["canary_c32_rps"] / f["plain_c32_rps"],
-        "canary_c32_p99_vs_plain": f["canary_c32_p99_ms"] / f["plain_c32_p99_ms"],
-        "shadow_c32_p99_vs_plain": f["shadow_c32_p99_ms"] / f["plain_c32_p99_ms"],
-        "shadow_c32_rps_vs_plain": f["shadow_c32_rps"] / f["plain_c32_rps"],
-        "canary_cpu_per_request_vs_plain":
-            f["canary_c32_cpu_us_per_request"] / f["plain_c32_cpu_us_per_request"],
-        "shadow_cpu_per_request_vs_plain":
-            f["shadow_c32_cpu_us_per_request"] / f["plain_c32_cpu_us_per_request"],
-        "canary_cpu_per_request_vs_plain_paired": med(
-            c["cpu_us_per_request"] / p["cpu_us_per_request"]
-            for c, p in zip(by["canary"].samples, by["plain"].samples, strict=True)),
-        "shadow_cpu_per_request_vs_plain_paired": med(
-            s["cpu_us_per_request"] / p["cpu_us_per_request"]
-            for s, p in zip(by["shadow"].samples, by["plain"].samples, strict=True)),
-        "canary_c32_rps_vs_plain_paired": med(
-            c["rps"] / p["rps"] for c, p in zip(by["canary"].samples, by["plain"].samples,
-                                                strict=True)),
-        "shadow_c32_p99_vs_plain_paired": med(
-            s["p99_ms"] / p["p99_ms"] for s, p in zip(by["shadow"].samples,
-                                                      by["plain"].samples, strict=True)),
-    }
-    values: dict[str, float] = {**ratios, "canary_c32_p99_ms": f["canary_c32_p99_ms"]}
+    ratios: dict[str, float] = {}
+    values: dict[str, float] = {}
+    for runtime in sorted({s.runtime for s in servers}):
+        sfx, pre = ("", "") if runtime == "native" else (f"_{runtime}", f"{runtime}_")
+        plain, canary, shadow = (by[f"{role}{sfx}"] for role in ROLES)
+        for s in (canary, shadow):
+            for k in ("v2_calls_per_request", "v2_rows_per_call"):
+                figures[f"{s.name}_c32_{k}"] = med(x[k] for x in s.samples)
+        figures[f"{canary.name}_candidate_share"] = med(
+            x["candidate_share"] for x in canary.samples)
+        for outcome in ("compared", "dropped", "failed"):
+            figures[f"{shadow.name}_copies_{outcome}_per_s"] = med(
+                x[f"shadow_{outcome}"] / x["duration_s"] for x in shadow.samples)
+        figures[f"{shadow.name}_compared_share"] = med(
+            x["shadow_compared"] / max(1.0, x["shadow_compared"] + x["shadow_dropped"])
+            for x in shadow.samples)
+
+        def ratio(a: Server, b: Server, k: str) -> float:
+            return figures[f"{a.name}_c32_{k}"] / figures[f"{b.name}_c32_{k}"]
+
+        def paired(a: Server, b: Server, k: str) -> float:
+            return med(x[k] / y[k] for x, y in zip(a.samples, b.samples, strict=True))
+
+        ratios.update({
+            f"{pre}canary_c32_rps_vs_plain": ratio(canary, plain, "rps"),
+            f"{pre}canary_c32_p99_vs_plain": ratio(canary, plain, "p99_ms"),
+            f"{pre}shadow_c32_p99_vs_plain": ratio(shadow, plain, "p99_ms"),
+            f"{pre}shadow_c32_rps_vs_plain": ratio(shadow, plain, "rps"),
+            f"{pre}canary_cpu_per_request_vs_plain":
+                ratio(canary, plain, "cpu_us_per_request"),
+            f"{pre}shadow_cpu_per_request_vs_plain":
+                ratio(shadow, plain, "cpu_us_per_request"),
+            f"{pre}canary_cpu_per_request_vs_plain_paired":
+                paired(canary, plain, "cpu_us_per_request"),
+            f"{pre}shadow_cpu_per_request_vs_plain_paired":
+                paired(shadow, plain, "cpu_us_per_request"),
+            f"{pre}canary_c32_rps_vs_plain_paired": paired(canary, plain, "rps"),
+            f"{pre}shadow_c32_p99_vs_plain_paired": paired(shadow, plain, "p99_ms"),
+        })
+        values.update({f"{pre}{k}": ratios[f"{pre}{k}"]
+                       for k in ("canary_c32_rps_vs_plain", "shadow_c32_p99_vs_plain")})
+        values[f"{pre}canary_c32_p99_ms"] = figures[f"{canary.name}_c32_p99_ms"]
     leave = [x["first_failed_analysis_to_last_v2_answer_s"] for x in reactions
              if x["first_failed_analysis_to_last_v2_answer_s"] is not None]
     if leave:
         figures["reaction_s_median"] = med(leave)
         figures["reaction_s_max"] = max(leave)
         values["reaction_s_max_minus_interval"] = max(leave) - INTERVAL_S
-    goals = {name: {"target": f"{op} {target}", "value": values[name],
-                    "met": values[name] >= target if op == ">=" else values[name] <= target}
-             for name, (op, target) in GOALS.items() if name in values}
+    goals = {}
+    for name, value in values.items():
+        op, target = GOALS[name.removeprefix("onnx_")]
+        goals[name] = {"target": f"{op} {target}", "value": value,
+                       "met": value >= target if op == ">=" else value <= target}
     return figures, ratios, goals
 
 
@@ -506,8 +559,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--reactions", type=int, default=3, help="bad-candidate rollouts")
     ap.add_argument("--cpu-requests", type=int, default=3200,
                     help="requests per in-process CPU measurement")
+    ap.add_argument("--runtimes", default=",".join(RUNTIMES),
+                    help="the models' runtimes, each measured with its own three servers: "
+                         "native (scikit-learn), onnx (both versions' ONNX variants)")
     ap.add_argument("--quick", action="store_true", help="one short round, no result file")
     args = ap.parse_args(argv)
+    runtimes = [r for r in args.runtimes.split(",") if r]
+    if not runtimes or set(runtimes) - set(RUNTIMES):
+        ap.error(f"--runtimes: a comma-separated list of {', '.join(RUNTIMES)}")
     if args.quick:
         args.repeats, args.seconds, args.reactions, args.cpu_requests = 1, 2, 1, 640
     wrk = ensure_wrk()
@@ -517,7 +576,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return {"skipped": "wrk missing"}
     work = WORK / "rollout"
     shutil.rmtree(work, ignore_errors=True)
-    servers, failing, row, fail_ws = prepare(work)
+    servers, failing, row, fail_ws = prepare(work, runtimes)
     body = work / "body.json"
     body.write_text(json.dumps({"records": [row]}))
     load_before = os.getloadavg()
@@ -525,7 +584,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for s in [*servers, failing]:
             start(s)
         for s in servers:
-            wait_routing(s, rollout=s.name != "plain")
+            wait_routing(s, rollout=s.role != "plain")
         wait_routing(failing, rollout=False)
         measure(wrk, servers, body, args.repeats, args.seconds)
         for s in servers:  # quiet while the rest is measured
@@ -545,11 +604,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     med = statistics.median
     for name, samples in cpu.items():
         figures[f"{name}_inprocess_cpu_us_per_request"] = med(samples)
-    for name in ("canary", "shadow"):
-        figures[f"{name}_inprocess_extra_cpu_us_per_request"] = med(
-            a - b for a, b in zip(cpu[name], cpu["plain"], strict=True))
+    for s in servers:
+        if s.role != "plain":
+            base = cpu[s.name.replace(s.role, "plain", 1)]
+            figures[f"{s.name}_inprocess_extra_cpu_us_per_request"] = med(
+                a - b for a, b in zip(cpu[s.name], base, strict=True))
     for name, g in goals.items():
-        print(f"  goal {name:32s} {g['target']:>8s}  {g['value']:8.2f}  "
+        print(f"  goal {name:37s} {g['target']:>8s}  {g['value']:8.2f}  "
               f"{'met' if g['met'] else 'NOT met'}")
     result = {"figures": figures, "ratios": ratios, "goals": goals,
               "repeats": args.repeats, "seconds": args.seconds,
