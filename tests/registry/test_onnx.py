@@ -625,3 +625,33 @@ def test_optimizing_twice_is_the_same_graph_and_the_same_version(ws: Any, kind: 
     assert (first.version, first.package_hash) == (again.version, again.package_hash)
     assert [v["version"] for v in describe_model("m", workspace=ws)["versions"]] == [1, 2]
     assert first.meta["onnx"]["rewrites"] == again.meta["onnx"]["rewrites"] != []
+    if kind == "mlp":  # a quantised variant too: its own version, found again
+        from reprise.registry._optimize import optimize_variant
+
+        q1, created = optimize_variant("m", 1, quantize="dynamic-int8", workspace=ws)
+        q2, created_again = optimize_variant("m", 1, quantize="dynamic-int8", workspace=ws)
+        assert (created, created_again) == (True, False)
+        assert q1.version == q2.version == 3 and q1.package_hash == q2.package_hash
+
+
+def test_the_quantiser_advice_filter_stays_while_any_quantisation_runs() -> None:
+    """ONNX Runtime's advice is dropped on the root logger while a quantisation runs; with
+    two at once (threads), the first to finish must not take the filter from the other."""
+    import logging
+
+    from reprise.registry._optimize import _advice_filter, _no_preprocessing_advice
+
+    root = logging.getLogger()
+    _advice_filter(+1)
+    _advice_filter(+1)
+    try:
+        _advice_filter(-1)
+        assert _no_preprocessing_advice in root.filters
+    finally:
+        _advice_filter(-1)
+    assert _no_preprocessing_advice not in root.filters
+    advice = logging.LogRecord("root", logging.WARNING, __file__, 1, "Please consider to run "
+                               "pre-processing before quantization. Refer to ...", None, None)
+    other = logging.LogRecord("root", logging.WARNING, __file__, 1, "something else", None,
+                              None)
+    assert not _no_preprocessing_advice(advice) and _no_preprocessing_advice(other)

@@ -79,19 +79,16 @@ def optimize(
     example rows, a held-out set (by default the one the training run's lineage holds:
     the table its evaluation consumed) and rows drawn from the signature."""
     from reprise.core.errors import UserError
-    from reprise.registry import optimize as run_optimize
+    from reprise.registry._optimize import optimize_variant
     from reprise.registry._registry import split_ref
 
     name, alias, version = split_ref(ref)
     if version is None:
         raise UserError(f"give the version to optimise as NAME:VERSION, not {ref!r}")
-    ws = _ws()
     # the conversion is deterministic: optimising a version again finds its variant
-    held = {v.package_hash for v in ws.metadata.list_model_versions(name)}
-    rec = run_optimize(name, version, onnx=onnx, quantize=quantize, atol=atol,
-                       max_drop=max_drop, holdout=holdout, holdout_target=target,
-                       workspace=ws)
-    created = rec.package_hash not in held
+    rec, created = optimize_variant(name, version, onnx=onnx, quantize=quantize, atol=atol,
+                                    max_drop=max_drop, holdout=holdout,
+                                    holdout_target=target, workspace=_ws())
     onnx_meta = rec.meta.get("onnx") or {}
     if as_json:
         render.print_json({"name": rec.name, "version": rec.version, "created": created,
@@ -100,7 +97,7 @@ def optimize(
                            "quantize": onnx_meta.get("quantize"),
                            "parity_report": onnx_meta.get("report"),
                            "quantization_gate": onnx_meta.get("gate"),
-                           "rewrites": onnx_meta.get("rewrites", []),
+                           "rewrites": onnx_meta.get("rewrites"),  # None: not recorded
                            "gates_passed": rec.metrics.get("gates_passed")})
         return
     gates = {True: "gates passed", False: "GATES FAILED", None: "no gates"}[

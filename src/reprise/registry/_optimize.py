@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from reprise.core._types import ModelVersionRecord
 from reprise.core.errors import UserError
 from reprise.registry._holdout import Holdout, resolve_holdout
 
-__all__ = ["GATE_RULE", "optimize", "paired_drops", "parity_rows", "prove_parity",
+__all__ = ["GATE_RULE", "optimize", "optimize_variant", "paired_drops", "parity_rows", "prove_parity",
            "quantization_gate"]
 
 QUANTIZE = ("dynamic-int8",)
@@ -48,7 +49,22 @@ def optimize(name: str, version: int, *, onnx: bool = True, quantize: str | None
              atol: float = 1e-5, max_drop: float = 0.005, holdout: Any = None,
              holdout_target: Any = None, confidence: float = 0.95, seed: int = 0,
              workspace: Any = None) -> ModelVersionRecord:
-    """Register the ONNX variant of ``name:version`` (see the module docstring).
+    """Register the ONNX variant of ``name:version`` (see the module docstring); the
+    conversion is deterministic, so optimising a version again with the same options
+    returns the variant already registered."""
+    return optimize_variant(name, version, onnx=onnx, quantize=quantize, atol=atol,
+                            max_drop=max_drop, holdout=holdout,
+                            holdout_target=holdout_target, confidence=confidence,
+                            seed=seed, workspace=workspace)[0]
+
+
+def optimize_variant(name: str, version: int, *, onnx: bool = True,
+                     quantize: str | None = None, atol: float = 1e-5,
+                     max_drop: float = 0.005, holdout: Any = None,
+                     holdout_target: Any = None, confidence: float = 0.95, seed: int = 0,
+                     workspace: Any = None) -> tuple[ModelVersionRecord, bool]:
+    """:func:`optimize`, and whether the variant was registered now (False: it already
+    was, as the registry decided in its transaction).
 
     ``holdout``: None (default) finds the held-out rows in the version's lineage; a
     table, or a file or dataset version ``NAME@N`` by name, gives them; False uses
@@ -115,15 +131,16 @@ def optimize(name: str, version: int, *, onnx: bool = True, quantize: str | None
 
 
 def _register(ws: Any, name: str, variant: Any, source: ModelVersionRecord
-              ) -> ModelVersionRecord:
+              ) -> tuple[ModelVersionRecord, bool]:
     from reprise.registry import _registry as reg
     from reprise.store._materializers import save_object
 
     art = save_object(ws.artifacts, variant)
     ws.metadata.put_artifact(art)
-    out, _ = reg.register_package(ws, name, art.hash, run_id=source.run_id, package=variant,
+    out, created = reg.register_package(ws, name, art.hash, run_id=source.run_id,
+                                        package=variant,
                                   step=source.meta.get("step"), source=source)
-    return out  # type: ignore[no-any-return]
+    return out, created
 
 
 # -- parity -----------------------------------------------------------------------------
@@ -227,16 +244,32 @@ def _quantize(graph: bytes) -> bytes:
     with tempfile.TemporaryDirectory(prefix="reprise-onnx-") as tmp:
         src, dst = Path(tmp) / "float.onnx", Path(tmp) / "int8.onnx"
         src.write_bytes(model.SerializeToString())
-        root = logging.getLogger()
-        root.addFilter(_no_preprocessing_advice)
+        _advice_filter(+1)
         try:
             quantize_dynamic(src, dst, weight_type=QuantType.QInt8)
         except Exception as exc:
             raise UserError(f"dynamic int8 quantisation failed ({type(exc).__name__}: "
                             f"{exc}); optimise without --quantize") from None
         finally:
-            root.removeFilter(_no_preprocessing_advice)
+            _advice_filter(-1)
         return dst.read_bytes()
+
+
+_ADVICE_LOCK = threading.Lock()
+_advice_users = 0  # quantisations running now (the filter is on the process's root logger)
+
+
+def _advice_filter(change: int) -> None:
+    """Install the filter below on the root logger while any quantisation runs (a count:
+    two threads quantising at once keep it until both are done)."""
+    global _advice_users
+    with _ADVICE_LOCK:
+        _advice_users += change
+        root = logging.getLogger()
+        if _advice_users > 0:
+            root.addFilter(_no_preprocessing_advice)  # once: addFilter skips a duplicate
+        else:
+            root.removeFilter(_no_preprocessing_advice)
 
 
 def _no_preprocessing_advice(record: logging.LogRecord) -> bool:
