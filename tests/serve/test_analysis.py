@@ -158,6 +158,31 @@ class TestRules:
                         win("candidate", 400, outputs={}), Policy(), DUE)
         assert "prediction_shift" in silent.evidence["skipped"]
 
+    def test_a_shift_above_the_limit_fails_only_when_significant(self) -> None:
+        """Two samples of one distribution differ by chance: on the demo's minimum sample
+        (100 answers) a healthy candidate's class shares came out 0.11 apart from the
+        stable version's and it was rolled back. Above the limit but not significant
+        holds (insufficient data); the same shares on ten times the answers fail."""
+        policy = Policy(min_requests=100)
+        stable = win("stable", 300, outputs={"0": 130, "1": 170})
+        noisy = win("candidate", 100, outputs={"0": 31, "1": 69})  # distance 0.109, p 0.03
+        d = decide(rollout(), stable, noisy, policy, now=DUE)
+        shift = next(c for c in d.checks if c.name == "prediction_shift")
+        assert shift.verdict == "insufficient" and shift.value == pytest.approx(0.1086,
+                                                                                abs=1e-3)
+        assert d.action == "hold" and "failures" not in d.changes
+        assert ("insufficient data: Jensen-Shannon distance 0.109 > 0.1 but not significant "
+                "on 100 and 300 answers (chi-square p=0.029 >= 0.01" in d.reason)
+        many = decide(rollout(), win("stable", 3000, outputs={"0": 1300, "1": 1700}),
+                      win("candidate", 1000, outputs={"0": 310, "1": 690}), policy, DUE)
+        shift = next(c for c in many.checks if c.name == "prediction_shift")
+        assert shift.verdict == "fail" and "significant (chi-square p=5.7e-12 < 0.01" in \
+            shift.message
+        assert many.action == "hold" and many.changes["failures"] == 1
+        lenient = Policy(min_requests=100, alpha=0.05)  # the policy's alpha decides
+        assert verdicts(decide(rollout(), stable, noisy, lenient, DUE))[
+            "prediction_shift"] == "fail"
+
     def test_shadow_agreement(self) -> None:
         rec = rollout("shadow")
         low = win("candidate", 500, mode="shadow", compared=500, agreed=400)
