@@ -14,9 +14,10 @@ The same three again with ONNX Runtime (``plain_onnx``, ``canary_onnx``, ``shado
 ``reprise serve --runtime onnx``, the stable and the candidate each version's ONNX
 variant, ``models optimize``): a scikit-learn call costs ~130-400 us of interpreter time
 whatever its rows (its input checks), an ONNX Runtime call a small part of that, so
-there the canary's cost is mostly the routing and the recording, which is what the
-issue's "routing cost" names; the scikit-learn servers show what a candidate's own
-per-call cost adds. ``--runtimes native`` measures the first three only.
+the two sets separate what the candidate's model calls cost from what the routing and
+the recording do (2026-11-28: the canary still cost 15 % more CPU per answer with ONNX
+Runtime, the event loop's extra the same as with scikit-learn; the shadow's p99 cost was
+scikit-learn's alone). ``--runtimes native`` measures the first three only.
 
 ``wrk`` (one thread, single-row JSON POSTs, ``serve_post.lua``) at concurrency 32 runs
 against each in turn, order rotated every round, one second of warm-up before each

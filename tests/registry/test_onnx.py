@@ -441,19 +441,22 @@ def test_a_scaler_over_doubles_is_left_to_the_ml_kernel() -> None:
     assert [n.op_type for n in graph.graph.node] == ["Scaler"]
 
 
+def _packaged(kind: str) -> Any:
+    """The demo-like MLP with its fitted scaler (``mlp``), or a :func:`_sklearn` model."""
+    if kind == "mlp":
+        net, prep, x, y = _mlp()
+        return package_model(net, sample=x, target=y, preprocessing=prep, evaluation=_gates())
+    model, x, _ = _sklearn(kind)
+    return package_model(model, sample=x, evaluation=_gates())
+
+
 @pytest.mark.parametrize("kind", ["logistic", "mlp"])
 def test_converted_graphs_carry_no_ml_scaler(ws: Any, kind: str) -> None:
     """A StandardScaler reaches the stored graph as the default domain's Sub and Mul, the
     Mul folded into the network's first layer where one follows (a torch package)."""
     import onnx
 
-    if kind == "mlp":
-        net, prep, x, y = _mlp()
-        pkg = package_model(net, sample=x, target=y, preprocessing=prep, evaluation=_gates())
-    else:
-        model, x, _ = _sklearn("logistic")
-        pkg = package_model(model, sample=x, evaluation=_gates())
-    register_package("m", pkg, workspace=ws)
+    register_package("m", _packaged(kind), workspace=ws)
     rec = optimize("m", 1, workspace=ws)
     loaded = load_model(f"m:{rec.version}", workspace=ws)
     ops = [n.op_type for n in onnx.load_from_string(loaded.onnx).graph.node]
@@ -612,12 +615,7 @@ def test_optimizing_twice_is_the_same_graph_and_the_same_version(ws: Any, kind: 
     optimising a version again finds the variant already registered."""
     from reprise.registry._onnx import convert
 
-    if kind == "mlp":
-        net, prep, x, y = _mlp()
-        pkg = package_model(net, sample=x, target=y, preprocessing=prep, evaluation=_gates())
-    else:
-        model, x, _ = _sklearn("columns")
-        pkg = package_model(model, sample=x, evaluation=_gates())
+    pkg = _packaged(kind)
     assert convert(pkg)[0] == convert(pkg)[0]
     assert convert(pkg, fold=False)[0] == convert(pkg, fold=False)[0]
     register_package("m", pkg, workspace=ws)

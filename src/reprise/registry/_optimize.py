@@ -38,8 +38,8 @@ from reprise.core._types import ModelVersionRecord
 from reprise.core.errors import UserError
 from reprise.registry._holdout import Holdout, resolve_holdout
 
-__all__ = ["GATE_RULE", "optimize", "optimize_variant", "paired_drops", "parity_rows", "prove_parity",
-           "quantization_gate"]
+__all__ = ["GATE_RULE", "optimize", "optimize_variant", "paired_drops", "parity_rows",
+           "prove_parity", "quantization_gate"]
 
 QUANTIZE = ("dynamic-int8",)
 _DRAWN = 256
@@ -138,8 +138,8 @@ def _register(ws: Any, name: str, variant: Any, source: ModelVersionRecord
     art = save_object(ws.artifacts, variant)
     ws.metadata.put_artifact(art)
     out, created = reg.register_package(ws, name, art.hash, run_id=source.run_id,
-                                        package=variant,
-                                  step=source.meta.get("step"), source=source)
+                                        package=variant, step=source.meta.get("step"),
+                                        source=source)
     return out, created
 
 

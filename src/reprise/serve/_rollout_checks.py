@@ -333,10 +333,8 @@ def check_prediction_shift(stable: VersionWindow, cand: VersionWindow,
 
 def _homogeneity_p(p: list[int], q: list[int]) -> float:
     """p-value of Pearson's chi-square test that the counts ``p`` and ``q`` (of the same
-    labels, each label counted at least once in one of them) come from one
-    distribution."""
-    if len(p) < 2:
-        return 1.0
+    two or more labels, each counted at least once in one of them: a distance above 0
+    has both) come from one distribution."""
     from scipy.stats import chi2_contingency
 
     return float(chi2_contingency([p, q], correction=False).pvalue)
