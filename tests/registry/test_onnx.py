@@ -739,6 +739,10 @@ def test_a_batch_matrix_is_converted_in_threads_the_same_as_a_request_s(
                           np.column_stack(batches[1]).astype(np.float32))
     small = [c[:5] for c in batches[0]]  # below the split: converted in this thread
     assert np.array_equal(_onnx._matrix(small, offset), want(small))
+    shorter = [c[:600] for c in batches[1]]  # a file's last chunk: views of the same arrays
+    got = _onnx._matrix(shorter, offset)
+    assert got.flags.c_contiguous and np.array_equal(got, want(shorter))
+    assert np.shares_memory(got, _onnx._matrix(batches[0], offset))
     errors: list[str] = []
 
     def convert(i: int) -> None:

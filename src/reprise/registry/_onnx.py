@@ -323,17 +323,18 @@ _local = threading.local()
 
 
 def _scratch(k: int, n: int) -> tuple[Any, Any]:
-    """This thread's ``(k, n)`` block and ``(n, k)`` matrix of float32, kept from its
-    last batch of the same shape: the feeds of one run are read by that run only, and
-    a fresh pair of 6 MB arrays (50,000 x 30) cost ~850 page faults a batch, more time
-    than their conversion on this machine (glibc maps such sizes anew every time)."""
+    """This thread's ``(k, n)`` block and ``(n, k)`` matrix of float32: views of the
+    arrays kept from its largest batch of ``k`` columns so far (a file's last, shorter
+    chunk reuses them too). The feeds of one run are read by that run only, and a fresh
+    pair of 6 MB arrays (50,000 x 30) cost ~850 page faults a batch, more time than
+    their conversion on this machine (glibc maps such sizes anew every time)."""
     import numpy as np
 
     held = getattr(_local, "scratch", None)
-    if held is None or held[0].shape != (k, n):
+    if held is None or held[0].shape[0] != k or held[0].shape[1] < n:
         held = _local.scratch = (np.empty((k, n), dtype=np.float32),
                                  np.empty((n, k), dtype=np.float32))
-    return held
+    return held[0][:, :n], held[1][:n]
 
 
 def _split(work: Any, size: int, parts: int) -> None:
