@@ -714,6 +714,9 @@ def test_an_input_read_elsewhere_or_an_offset_of_another_shape_is_not_peeled() -
     not_matrix = {"inputs": [{**_io(2)["inputs"][0], "kind": "tensor"}]}
     plain = _sub_gemm_graph([1.0, 2.0], 2).SerializeToString()
     assert peel_offsets(plain, not_matrix) == (plain, {})
+    answered = _sub_gemm_graph([1.0, 2.0], 2)  # X is also an output: it must stay X
+    answered.graph.output.append(answered.graph.input[0])
+    assert peel_offsets(answered.SerializeToString(), _io(2))[1] == {}
 
 
 def test_a_batch_matrix_is_converted_in_threads_the_same_as_a_request_s(
@@ -756,14 +759,29 @@ def test_a_batch_matrix_is_converted_in_threads_the_same_as_a_request_s(
     for w in workers:
         w.join()
     assert errors == []
+    # two matrix inputs of one run, the same width: each its own arrays
+    io = {"inputs": [{"name": n, "kind": "matrix", "dtype": "float",
+                      "columns": [f"{n}{i}" for i in range(7)]} for n in ("A", "B")]}
+    cols = {**{f"A{i}": batches[0][i] for i in range(7)},
+            **{f"B{i}": batches[1][i] for i in range(7)}}
+    fed = _onnx.feeds(io, cols)
+    assert not np.shares_memory(fed["A"], fed["B"])
+    assert np.array_equal(fed["A"], np.column_stack(batches[0]).astype(np.float32))
+    assert np.array_equal(fed["B"], np.column_stack(batches[1]).astype(np.float32))
 
 
-def test_a_torch_package_s_session_runs_without_its_leading_sub(ws: Any) -> None:
+def test_a_torch_package_s_session_runs_without_its_leading_sub(
+        ws: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The demo's shape: a scaler in front of a network. The package's graph keeps the
-    Sub; the loaded package's session runs without it and answers the same bits."""
+    Sub; the loaded package's session runs without it and answers the same bits, on a
+    batch converted in threads and on a single row."""
     import onnx
 
+    from reprise.registry import _onnx
     from reprise.registry._onnx import make_session
+
+    monkeypatch.setattr(_onnx, "threads", lambda: 2)
+    monkeypatch.setattr(_onnx, "_SPLIT_VALUES", 10_000)  # 2 columns x 40,000 rows: threads
 
     net, prep, x, y = _mlp()
     register_package("mlp", package_model(net, sample=x, target=y, preprocessing=prep,
@@ -780,6 +798,7 @@ def test_a_torch_package_s_session_runs_without_its_leading_sub(ws: Any) -> None
     names = [pkg.onnx_info["outputs"]["probabilities"]]
     want = whole.run(names, feeds(pkg.onnx_info, cols))[0]
     assert np.array_equal(pkg.session.run(names, cols, pkg.onnx_info)[0], want)
+    assert pkg.onnx_info["inputs"][0]["name"] in _onnx._local.scratch  # the threaded path
     one = {c: v[:1] for c, v in cols.items()}
     assert np.array_equal(pkg.predict(one)["probabilities"][0],
                           want[0].astype(np.float64))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 from reprise.core.errors import UserError
@@ -267,7 +267,8 @@ def feeds(io: dict[str, Any], columns: dict[str, Any],
             out[inp["name"]] = arr.reshape(-1, 1)
         elif inp["kind"] == "matrix":
             out[inp["name"]] = _matrix([columns[c] for c in inp["columns"]],
-                                       None if offsets is None else offsets.get(inp["name"]))
+                                       None if offsets is None else offsets.get(inp["name"]),
+                                       inp["name"])
         else:
             out[inp["name"]] = np.asarray(columns[inp["columns"][0]], dtype=np.float32)
     return out
@@ -279,7 +280,7 @@ _pool_lock = threading.Lock()
 _pool: tuple[int, ThreadPoolExecutor] | None = None  # (the pid that made it, the pool)
 
 
-def _matrix(cols: list[Any], offset: Any = None) -> Any:
+def _matrix(cols: list[Any], offset: Any = None, name: str = "") -> Any:
     """The ``[rows, columns]`` float32 matrix of a graph's matrix input, less ``offset``
     (one float32 per column, subtracted in float32 as the graph's Sub did: :class:`Runner`).
 
@@ -303,7 +304,7 @@ def _matrix(cols: list[Any], offset: Any = None) -> Any:
         if offset is not None:
             small -= offset
         return small
-    block, out = _scratch(len(cols), n)
+    block, out = _scratch(name, len(cols), n)
 
     def convert(lo: int, hi: int) -> None:
         for i in range(lo, hi):
@@ -322,18 +323,20 @@ def _matrix(cols: list[Any], offset: Any = None) -> Any:
 _local = threading.local()
 
 
-def _scratch(k: int, n: int) -> tuple[Any, Any]:
-    """This thread's ``(k, n)`` block and ``(n, k)`` matrix of float32: views of the
-    arrays kept from its largest batch of ``k`` columns so far (a file's last, shorter
-    chunk reuses them too). The feeds of one run are read by that run only, and a fresh
-    pair of 6 MB arrays (50,000 x 30) cost ~850 page faults a batch, more time than
-    their conversion on this machine (glibc maps such sizes anew every time)."""
+def _scratch(name: str, k: int, n: int) -> tuple[Any, Any]:
+    """This thread's ``(k, n)`` block and ``(n, k)`` matrix of float32 for the graph
+    input ``name`` (each input of one run its own): views of the arrays kept from its
+    largest batch of ``k`` columns so far (a file's last, shorter chunk reuses them too).
+    The feeds of one run are read by that run only, and a fresh pair of 6 MB arrays
+    (50,000 x 30) cost ~850 page faults a batch, more time than their conversion on
+    this machine (glibc maps such sizes anew every time)."""
     import numpy as np
 
-    held = getattr(_local, "scratch", None)
+    kept: dict[str, tuple[Any, Any]] = _local.__dict__.setdefault("scratch", {})
+    held = kept.get(name)
     if held is None or held[0].shape[0] != k or held[0].shape[1] < n:
-        held = _local.scratch = (np.empty((k, n), dtype=np.float32),
-                                 np.empty((n, k), dtype=np.float32))
+        held = kept[name] = (np.empty((k, n), dtype=np.float32),
+                             np.empty((n, k), dtype=np.float32))
     return held[0][:, :n], held[1][:n]
 
 
@@ -347,7 +350,10 @@ def _split(work: Any, size: int, parts: int) -> None:
         pool = _pool[1]
     bounds = [size * k // parts for k in range(parts + 1)]
     futures = [pool.submit(work, bounds[k], bounds[k + 1]) for k in range(1, parts)]
-    work(bounds[0], bounds[1])
+    try:
+        work(bounds[0], bounds[1])
+    finally:  # no slice may still write into the scratch once this returns or raises
+        wait(futures)
     for f in futures:
         f.result()
 
@@ -553,7 +559,7 @@ def peel_offsets(graph: bytes, io: dict[str, Any]) -> tuple[bytes, dict[str, Any
     offsets: dict[str, Any] = {}
     for inp in io.get("inputs", ()):
         name, k = inp.get("name"), len(inp.get("columns") or ())
-        if inp.get("kind") != "matrix" or name not in fed:
+        if inp.get("kind") != "matrix" or name not in fed or name in answered:
             continue
         readers = [n for n in g.node if name in n.input]
         if len(readers) != 1:
