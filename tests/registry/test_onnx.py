@@ -655,75 +655,14 @@ def test_the_quantiser_advice_filter_stays_while_any_quantisation_runs() -> None
     assert not _no_preprocessing_advice(advice) and _no_preprocessing_advice(other)
 
 
-# -- running: the batch conversion and the peeled offset --------------------------------
-
-def _sub_gemm_graph(offset: list[float], width: int, *, read_twice: bool = False) -> Any:
-    """``Gemm(X - offset, W)`` (and, ``read_twice``, ``X`` read by an Identity too)."""
-    from onnx import TensorProto, helper, numpy_helper
-
-    w = np.arange(width * 3, dtype=np.float32).reshape(width, 3) / 7
-    nodes = [helper.make_node("Sub", ["X", "off"], ["shifted"], name="sub"),
-             helper.make_node("Gemm", ["shifted", "W"], ["Y"], name="gemm")]
-    outputs = [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, 3])]
-    if read_twice:
-        nodes.append(helper.make_node("Identity", ["X"], ["Z"], name="copy"))
-        outputs.append(helper.make_tensor_value_info("Z", TensorProto.FLOAT, [None, width]))
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, width])],
-        outputs, [numpy_helper.from_array(np.asarray(offset, dtype=np.float32), "off"),
-                  numpy_helper.from_array(w, "W")])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-
-
-def _io(width: int) -> dict[str, Any]:
-    return {"inputs": [{"name": "X", "kind": "matrix", "dtype": "float",
-                        "columns": [f"c{i}" for i in range(width)]}]}
-
-
-@given(data=st.data(), width=st.integers(1, 6), rows=st.integers(1, 20))
-@settings(max_examples=40, deadline=None)
-def test_a_peeled_offset_answers_bit_for_bit_what_the_graph_does(data: Any, width: int,
-                                                                 rows: int) -> None:
-    """The law behind Runner: the graph's ``Sub(X, offset)`` and the same subtraction done
-    while converting the columns give the same float32 numbers."""
-    from reprise.registry._onnx import Runner, feeds, make_session
-
-    values = st.floats(-1e6, 1e6, **_finite32)
-    offset = data.draw(st.lists(values, min_size=width, max_size=width))
-    cols = {f"c{i}": data.draw(st.lists(st.floats(-1e9, 1e9, allow_nan=False,
-                                                  allow_infinity=False),
-                                        min_size=rows, max_size=rows))
-            for i in range(width)}
-    graph = _sub_gemm_graph(offset, width).SerializeToString()
-    runner = Runner(graph, _io(width))
-    assert list(runner.offsets) == ["X"]
-    assert [n.op_type for n in __import__("onnx").load_from_string(graph).graph.node] == \
-        ["Sub", "Gemm"]  # the graph given is left as it was
-    want = make_session(graph).run(None, feeds(_io(width), cols))[0]
-    got = runner.run(["Y"], cols, _io(width))[0]
-    assert np.array_equal(got, want, equal_nan=True)
-
-
-def test_an_input_read_elsewhere_or_an_offset_of_another_shape_is_not_peeled() -> None:
-    from reprise.registry._onnx import peel_offsets
-
-    twice = _sub_gemm_graph([1.0, 2.0], 2, read_twice=True).SerializeToString()
-    assert peel_offsets(twice, _io(2)) == (twice, {})
-    scalar = _sub_gemm_graph([1.0], 2).SerializeToString()  # one offset for all columns
-    assert peel_offsets(scalar, _io(2)) == (scalar, {})
-    not_matrix = {"inputs": [{**_io(2)["inputs"][0], "kind": "tensor"}]}
-    plain = _sub_gemm_graph([1.0, 2.0], 2).SerializeToString()
-    assert peel_offsets(plain, not_matrix) == (plain, {})
-    answered = _sub_gemm_graph([1.0, 2.0], 2)  # X is also an output: it must stay X
-    answered.graph.output.append(answered.graph.input[0])
-    assert peel_offsets(answered.SerializeToString(), _io(2))[1] == {}
-
+# -- running: the batch conversion -------------------------------------------------------
 
 def test_a_batch_matrix_is_converted_in_threads_the_same_as_a_request_s(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Above _SPLIT_VALUES the conversion and the transpose are split between threads and
-    write this thread's scratch arrays; the numbers are those of the simple path, and two
-    threads converting at once each get their own."""
+    write this thread's scratch arrays; the numbers are those of the simple path, a
+    shorter batch converts into views of the same arrays, two threads converting at once
+    each get their own, and so do two matrix inputs of one run."""
     import threading
 
     from reprise.registry import _onnx
@@ -731,26 +670,23 @@ def test_a_batch_matrix_is_converted_in_threads_the_same_as_a_request_s(
     monkeypatch.setattr(_onnx, "threads", lambda: 3)  # an odd split of columns and rows
     monkeypatch.setattr(_onnx, "_SPLIT_VALUES", 1000)
     rng = np.random.default_rng(1)
-    offset = rng.normal(size=7).astype(np.float32)
 
     def want(cols: list[np.ndarray]) -> np.ndarray:
-        return np.column_stack(cols).astype(np.float32) - offset
+        return np.column_stack(cols).astype(np.float32)
 
     batches = [[rng.normal(size=1001) * 100 for _ in range(7)] for _ in range(4)]
-    assert np.array_equal(_onnx._matrix(batches[0], offset), want(batches[0]))
-    assert np.array_equal(_onnx._matrix(batches[1], None),
-                          np.column_stack(batches[1]).astype(np.float32))
+    assert np.array_equal(_onnx._matrix(batches[0]), want(batches[0]))
     small = [c[:5] for c in batches[0]]  # below the split: converted in this thread
-    assert np.array_equal(_onnx._matrix(small, offset), want(small))
+    assert np.array_equal(_onnx._matrix(small), want(small))
     shorter = [c[:600] for c in batches[1]]  # a file's last chunk: views of the same arrays
-    got = _onnx._matrix(shorter, offset)
+    got = _onnx._matrix(shorter)
     assert got.flags.c_contiguous and np.array_equal(got, want(shorter))
-    assert np.shares_memory(got, _onnx._matrix(batches[0], offset))
+    assert np.shares_memory(got, _onnx._matrix(batches[0]))
     errors: list[str] = []
 
     def convert(i: int) -> None:
         for _ in range(30):
-            got = _onnx._matrix(batches[i], offset).copy()
+            got = _onnx._matrix(batches[i]).copy()
             if not np.array_equal(got, want(batches[i])):
                 errors.append(f"batch {i}")
     workers = [threading.Thread(target=convert, args=(i,)) for i in (2, 3)]
@@ -766,39 +702,28 @@ def test_a_batch_matrix_is_converted_in_threads_the_same_as_a_request_s(
             **{f"B{i}": batches[1][i] for i in range(7)}}
     fed = _onnx.feeds(io, cols)
     assert not np.shares_memory(fed["A"], fed["B"])
-    assert np.array_equal(fed["A"], np.column_stack(batches[0]).astype(np.float32))
-    assert np.array_equal(fed["B"], np.column_stack(batches[1]).astype(np.float32))
+    assert np.array_equal(fed["A"], want(batches[0]))
+    assert np.array_equal(fed["B"], want(batches[1]))
 
 
-def test_a_torch_package_s_session_runs_without_its_leading_sub(
+def test_a_torch_package_predicts_a_threaded_batch_as_it_predicts_its_rows(
         ws: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The demo's shape: a scaler in front of a network. The package's graph keeps the
-    Sub; the loaded package's session runs without it and answers the same bits, on a
-    batch converted in threads and on a single row."""
-    import onnx
-
+    """The demo's shape (a scaler in front of a network): a batch converted in threads
+    into the scratch arrays answers bit for bit what the same rows answer through the
+    simple path, twice in a row (the second batch reuses the arrays)."""
     from reprise.registry import _onnx
-    from reprise.registry._onnx import make_session
-
-    monkeypatch.setattr(_onnx, "threads", lambda: 2)
-    monkeypatch.setattr(_onnx, "_SPLIT_VALUES", 10_000)  # 2 columns x 40,000 rows: threads
 
     net, prep, x, y = _mlp()
     register_package("mlp", package_model(net, sample=x, target=y, preprocessing=prep,
                                           evaluation=_gates()), workspace=ws)
     rec = optimize("mlp", 1, workspace=ws)
     pkg = read_package(_folder(ws, "mlp", rec.version), runtime="onnx")
-    assert onnx.load_from_string(pkg.onnx).graph.node[0].op_type == "Sub"
-    assert list(pkg.session.offsets) == [pkg.onnx_info["inputs"][0]["name"]]
     rng = np.random.default_rng(0)
-    cols = {c: rng.normal(size=40_000).tolist() for c in x.columns}  # a batch: threads
-    whole = make_session(pkg.onnx)
-    from reprise.registry._onnx import feeds
-
-    names = [pkg.onnx_info["outputs"]["probabilities"]]
-    want = whole.run(names, feeds(pkg.onnx_info, cols))[0]
-    assert np.array_equal(pkg.session.run(names, cols, pkg.onnx_info)[0], want)
+    batches = [{c: rng.normal(size=40_000) for c in x.columns} for _ in range(2)]
+    monkeypatch.setattr(_onnx, "_SPLIT_VALUES", 1 << 40)
+    want = [pkg.predict(b)["probabilities"] for b in batches]
+    monkeypatch.setattr(_onnx, "threads", lambda: 2)
+    monkeypatch.setattr(_onnx, "_SPLIT_VALUES", 10_000)  # 2 columns x 40,000 rows: threads
+    for b, w in zip(batches, want, strict=True):
+        assert np.array_equal(pkg.predict(b)["probabilities"], w)
     assert pkg.onnx_info["inputs"][0]["name"] in _onnx._local.scratch  # the threaded path
-    one = {c: v[:1] for c, v in cols.items()}
-    assert np.array_equal(pkg.predict(one)["probabilities"][0],
-                          want[0].astype(np.float64))

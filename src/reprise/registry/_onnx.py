@@ -24,8 +24,8 @@ from typing import Any
 
 from reprise.core.errors import UserError
 
-__all__ = ["OPSET", "Runner", "convert", "fold_scales", "make_session", "peel_offsets",
-           "predict_onnx", "standard_scalers", "tidy_opsets"]
+__all__ = ["OPSET", "convert", "fold_scales", "make_session", "predict_onnx", "standard_scalers",
+           "tidy_opsets"]
 
 OPSET = 18
 ML_OPSET = 3
@@ -247,10 +247,8 @@ def _initial_types(inputs: list[dict[str, Any]]) -> list[tuple[str, Any]]:
     return out
 
 
-def feeds(io: dict[str, Any], columns: dict[str, Any],
-          offsets: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The graph's input arrays for validated columns (``offsets``: what :class:`Runner`
-    peeled off a matrix input, subtracted here).
+def feeds(io: dict[str, Any], columns: dict[str, Any]) -> dict[str, Any]:
+    """The graph's input arrays for validated columns.
 
     A batch's matrix is this thread's scratch (:func:`_scratch`): read it before this
     thread's next call."""
@@ -266,9 +264,7 @@ def feeds(io: dict[str, Any], columns: dict[str, Any],
                 arr = np.asarray(values, dtype=np.float32)
             out[inp["name"]] = arr.reshape(-1, 1)
         elif inp["kind"] == "matrix":
-            out[inp["name"]] = _matrix([columns[c] for c in inp["columns"]],
-                                       None if offsets is None else offsets.get(inp["name"]),
-                                       inp["name"])
+            out[inp["name"]] = _matrix([columns[c] for c in inp["columns"]], inp["name"])
         else:
             out[inp["name"]] = np.asarray(columns[inp["columns"][0]], dtype=np.float32)
     return out
@@ -280,9 +276,8 @@ _pool_lock = threading.Lock()
 _pool: tuple[int, ThreadPoolExecutor] | None = None  # (the pid that made it, the pool)
 
 
-def _matrix(cols: list[Any], offset: Any = None, name: str = "") -> Any:
-    """The ``[rows, columns]`` float32 matrix of a graph's matrix input, less ``offset``
-    (one float32 per column, subtracted in float32 as the graph's Sub did: :class:`Runner`).
+def _matrix(cols: list[Any], name: str = "") -> Any:
+    """The ``[rows, columns]`` float32 matrix of the graph's matrix input ``name``.
 
     Each column is converted into a row of a ``(columns, rows)`` block, then one
     transposing copy: about 3x faster than ``np.column_stack`` of the converted columns
@@ -300,17 +295,12 @@ def _matrix(cols: list[Any], offset: Any = None, name: str = "") -> Any:
         block = np.empty((len(cols), n), dtype=np.float32)
         for i, col in enumerate(cols):
             block[i] = col
-        small = np.ascontiguousarray(block.T)
-        if offset is not None:
-            small -= offset
-        return small
+        return np.ascontiguousarray(block.T)
     block, out = _scratch(name, len(cols), n)
 
     def convert(lo: int, hi: int) -> None:
         for i in range(lo, hi):
             block[i] = cols[i]
-            if offset is not None:  # while the row is in the cache
-                block[i] -= offset[i]
 
     def transpose(lo: int, hi: int) -> None:
         out[lo:hi] = block[:, lo:hi].T
@@ -516,75 +506,6 @@ def threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-class Runner:
-    """An ONNX Runtime session of a package's graph, and the offsets peeled off it.
-
-    A StandardScaler in front of a network (a torch package's preprocessing, after
-    :func:`standard_scalers` and :func:`fold_scales`) leaves the graph starting with
-    ``Sub(X, offset)``: a full elementwise pass over the batch in the runtime (~0.5 of
-    ~3 ms for 50,000 rows of the demo MLP). The session runs the graph without that Sub
-    and :func:`feeds` subtracts the offset while it converts the columns anyway (a row
-    of the block still in the cache). The same float32 subtraction, so the answers are
-    bit for bit the graph's; the stored graph keeps its Sub (it is what an exported or
-    downloaded graph runs), only this process's session is built without it.
-    """
-
-    def __init__(self, graph: bytes, io: dict[str, Any] | None = None) -> None:
-        self.offsets: dict[str, Any] = {}
-        if io is not None:
-            graph, self.offsets = peel_offsets(graph, io)
-        self.session = make_session(graph)
-
-    def run(self, names: list[str], columns: dict[str, Any], io: dict[str, Any]) -> list[Any]:
-        """The graph's outputs ``names`` for validated columns."""
-        out: list[Any] = self.session.run(names, feeds(io, columns, self.offsets))
-        return out
-
-
-def peel_offsets(graph: bytes, io: dict[str, Any]) -> tuple[bytes, dict[str, Any]]:
-    """``graph`` without the ``Sub(X, c)`` that is the only reader of a matrix input
-    ``X`` (``c`` a float constant, one per column), and ``{X: c}``; the graph as it is
-    and ``{}`` when there is none (see :class:`Runner`)."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, numpy_helper
-
-    model = onnx.load_from_string(graph)
-    if _has_subgraphs(model):
-        return graph, {}
-    g = model.graph
-    inits = {i.name: i for i in g.initializer}
-    fed = {v.name for v in g.input}
-    answered = {v.name for v in g.output}
-    offsets: dict[str, Any] = {}
-    for inp in io.get("inputs", ()):
-        name, k = inp.get("name"), len(inp.get("columns") or ())
-        if inp.get("kind") != "matrix" or name not in fed or name in answered:
-            continue
-        readers = [n for n in g.node if name in n.input]
-        if len(readers) != 1:
-            continue
-        sub = readers[0]
-        const = inits.get(sub.input[1]) if len(sub.input) == 2 else None
-        if (sub.op_type != "Sub" or sub.domain not in ("", "ai.onnx")
-                or sub.input[0] != name or const is None or const.name in fed
-                or const.data_type != TensorProto.FLOAT or sub.output[0] in answered):
-            continue
-        value = numpy_helper.to_array(const)
-        if value.shape not in ((k,), (1, k)):
-            continue
-        for node in g.node:
-            if node is not sub:
-                node.input[:] = [name if i == sub.output[0] else i for i in node.input]
-        g.node.remove(sub)
-        for info in [v for v in g.value_info if v.name == sub.output[0]]:
-            g.value_info.remove(info)
-        if not any(const.name in node.input for node in g.node):
-            g.initializer.remove(const)
-        offsets[name] = np.ascontiguousarray(value.reshape(k), dtype=np.float32)
-    return (model.SerializeToString(), offsets) if offsets else (graph, {})
-
-
 def make_session(graph: bytes) -> Any:
     import onnxruntime as ort
 
@@ -607,7 +528,7 @@ def predict_onnx(pkg: Any, columns: dict[str, Any]) -> dict[str, Any]:
     io = pkg.onnx_info
     outs = io["outputs"]
     names = [n for n in (outs["prediction"], outs["probabilities"], outs["label"]) if n]
-    got = dict(zip(names, pkg.session.run(names, columns, io), strict=True))
+    got = dict(zip(names, pkg.session.run(names, feeds(io, columns)), strict=True))
     if pkg.signature.task == "regression":
         pred = np.asarray(got[outs["prediction"]])
         return {"prediction": pred.reshape(pred.shape[0], -1)[:, 0].astype(np.float64)}

@@ -73,7 +73,7 @@ def optimize_variant(name: str, version: int, *, onnx: bool = True,
     ``seed``: the quantisation gate's intervals (see :func:`quantization_gate`)."""
     from reprise.registry import _registry as reg
     from reprise.registry._api import _load, _ws
-    from reprise.registry._onnx import Runner, convert
+    from reprise.registry._onnx import convert, make_session
 
     if not onnx:
         raise UserError("optimize converts to ONNX; onnx=False leaves nothing to do")
@@ -93,7 +93,7 @@ def optimize_variant(name: str, version: int, *, onnx: bool = True,
     rows, sources = parity_rows(pkg, held.rows)
     def check(graph: bytes, io: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         candidate = dataclasses.replace(pkg, onnx=graph, onnx_info=io, runtime="onnx",
-                                        session=Runner(graph, io))
+                                        session=make_session(graph))
         return candidate, prove_parity(pkg, candidate, rows, atol=atol, sources=sources)
 
     folded = "scale-folded-into-gemm" in io["rewrites"]
@@ -119,8 +119,7 @@ def optimize_variant(name: str, version: int, *, onnx: bool = True,
     card = {**pkg.card, "onnx": {"source_version": version, "parity": parity}}
     if quantize is not None:
         graph = _quantize(graph)
-        quantized = dataclasses.replace(candidate, onnx=graph,
-                                        session=Runner(graph, candidate.onnx_info))
+        quantized = dataclasses.replace(candidate, onnx=graph, session=make_session(graph))
         gate = quantization_gate(pkg, quantized, rows, held, max_drop=max_drop,
                                  confidence=confidence, seed=seed)
         info["quantization"] = {"method": quantize, "gate": gate}

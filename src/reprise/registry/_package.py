@@ -71,7 +71,7 @@ class ModelPackage:
     onnx: bytes | None = None  # the ONNX graph of an optimised version
     onnx_info: dict[str, Any] | None = None  # its io, parity, quantisation, source
     runtime: str = "native"  # what predict() runs: native | onnx (as loaded)
-    session: Any = field(default=None, repr=False)  # its ONNX Runtime Runner (onnx)
+    session: Any = field(default=None, repr=False)  # the ONNX Runtime session (onnx)
 
     def predict(self, columns: dict[str, Any]) -> dict[str, Any]:
         """Output columns for validated input columns (see :mod:`._predict`)."""
@@ -231,10 +231,10 @@ def _load(folder: Path, manifest: dict[str, Any], runtime: str = "native") -> Mo
               "requirements": (folder / "requirements.txt").read_text().split(),
               "onnx": graph, "onnx_info": doc("onnx.json")}
     if runtime == "onnx":  # the graph only: no torch, no scikit-learn in this process
-        from reprise.registry._onnx import Runner
+        from reprise.registry._onnx import make_session
 
         return ModelPackage(flavor=flavor, model=None, runtime="onnx",
-                            session=Runner(graph or b"", common["onnx_info"]), **common)
+                            session=make_session(graph or b""), **common)
     from reprise.store._ml import _loads_estimator
 
     if flavor == "sklearn":
