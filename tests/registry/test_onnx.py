@@ -713,13 +713,11 @@ def test_a_torch_package_predicts_a_threaded_batch_as_it_predicts_its_rows(
     simple path, twice in a row (the second batch reuses the arrays)."""
     from reprise.registry import _onnx
 
-    net, prep, x, y = _mlp()
-    register_package("mlp", package_model(net, sample=x, target=y, preprocessing=prep,
-                                          evaluation=_gates()), workspace=ws)
+    register_package("mlp", _packaged("mlp"), workspace=ws)
     rec = optimize("mlp", 1, workspace=ws)
     pkg = read_package(_folder(ws, "mlp", rec.version), runtime="onnx")
     rng = np.random.default_rng(0)
-    batches = [{c: rng.normal(size=40_000) for c in x.columns} for _ in range(2)]
+    batches = [{c: rng.normal(size=40_000) for c in pkg.signature.names} for _ in range(2)]
     monkeypatch.setattr(_onnx, "_SPLIT_VALUES", 1 << 40)
     want = [pkg.predict(b)["probabilities"] for b in batches]
     monkeypatch.setattr(_onnx, "threads", lambda: 2)

@@ -290,17 +290,16 @@ def _matrix(cols: list[Any], name: str = "") -> Any:
     import numpy as np
 
     n = len(cols[0])
-    parts = threads()
-    if parts < 2 or n * len(cols) < _SPLIT_VALUES:
+    # the size first: a request's rows never pay threads()'s system call
+    parts = 1 if n * len(cols) < _SPLIT_VALUES else threads()
+    if parts < 2:
         block = np.empty((len(cols), n), dtype=np.float32)
-        for i, col in enumerate(cols):
-            block[i] = col
+        _fill(block, cols, 0, len(cols))
         return np.ascontiguousarray(block.T)
     block, out = _scratch(name, len(cols), n)
 
     def convert(lo: int, hi: int) -> None:
-        for i in range(lo, hi):
-            block[i] = cols[i]
+        _fill(block, cols, lo, hi)
 
     def transpose(lo: int, hi: int) -> None:
         out[lo:hi] = block[:, lo:hi].T
@@ -308,6 +307,12 @@ def _matrix(cols: list[Any], name: str = "") -> Any:
     _split(convert, len(cols), parts)
     _split(transpose, n, parts)
     return out
+
+
+def _fill(block: Any, cols: list[Any], lo: int, hi: int) -> None:
+    """Rows ``lo:hi`` of ``block``: those columns, converted to its dtype."""
+    for i in range(lo, hi):
+        block[i] = cols[i]
 
 
 _local = threading.local()
