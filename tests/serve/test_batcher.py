@@ -309,3 +309,35 @@ def test_a_slow_rider_runs_in_its_own_thread_and_a_released_one_is_not_stranded(
             b.close()
 
     run(main())
+
+
+def test_a_batch_mixing_lists_and_arrays_joins_each_column_in_order() -> None:
+    """JSON bodies give lists (joined in one pass); programmatic callers may give numpy
+    arrays (each converted, then concatenated): either way every column arrives whole,
+    in the callers' order, and each caller gets its own rows."""
+    import numpy as np
+
+    seen: list[dict[str, list[float]]] = []
+
+    def predict(columns: dict[str, Any]) -> dict[str, Any]:
+        seen.append({k: list(map(float, v)) for k, v in columns.items()})
+        return {"out": [a + 10 * b for a, b in zip(columns["a"], columns["b"], strict=True)]}
+
+    async def main() -> None:
+        b = Batcher(predict, dict, label="test-v1", max_batch_size=16, max_wait_s=0.002,
+                    budget_s=None)
+        lists = [b.submit({"a": [1.0, 2.0], "b": [3.0, 4.0]}, 2),
+                 b.submit({"a": [5.0], "b": [6.0]}, 1)]
+        got = await asyncio.gather(*lists)
+        assert seen == [{"a": [1.0, 2.0, 5.0], "b": [3.0, 4.0, 6.0]}]
+        assert [r.outputs["out"] for r in got] == [[31.0, 42.0], [65.0]]
+        seen.clear()
+        mixed = [b.submit({"a": [1.0], "b": [2.0]}, 1),
+                 b.submit({"a": np.array([3.0, 4.0]), "b": np.array([5.0, 6.0])}, 2),
+                 b.submit({"a": [7.0], "b": np.array([8.0])}, 1)]
+        got = await asyncio.gather(*mixed)
+        assert seen == [{"a": [1.0, 3.0, 4.0, 7.0], "b": [2.0, 5.0, 6.0, 8.0]}]
+        assert [r.outputs["out"] for r in got] == [[21.0], [53.0, 64.0], [87.0]]
+        b.close()
+
+    run(main())

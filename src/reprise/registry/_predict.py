@@ -11,6 +11,8 @@ them (callers that write JSON convert the rows they send).
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from typing import Any
 
 __all__ = ["predict_columns"]
@@ -35,7 +37,13 @@ def _inputs(pkg: Any, columns: dict[str, Any]) -> Any:
         return pd.DataFrame({n: columns[n] for n in names}, columns=names)
     if pkg.input_format == "tensor":
         return np.asarray(columns[names[0]], dtype=np.float32)
-    return np.column_stack([np.asarray(columns[n], dtype=np.float64) for n in names])
+    cols = [columns[n] for n in names]
+    if all(getattr(c, "ndim", 0) == 1 for c in cols):
+        # one conversion of every column and one transposing copy: ~2-3 us against
+        # column_stack's ~10 (per column in Python), paid by every micro-batch of a server;
+        # the same C-ordered float64 matrix
+        return np.ascontiguousarray(np.array(cols, dtype=np.float64).T)
+    return np.column_stack([np.asarray(c, dtype=np.float64) for c in cols])
 
 
 def _sklearn(pkg: Any, x: Any) -> dict[str, Any]:
@@ -43,11 +51,63 @@ def _sklearn(pkg: Any, x: Any) -> dict[str, Any]:
 
     model = pkg.model
     task = pkg.signature.task
-    if task == "regression" or not hasattr(model, "predict_proba"):
-        return {"prediction": np.asarray(model.predict(x))}
-    proba = np.asarray(model.predict_proba(x), dtype=np.float64)
+    with _checked_finite(model, x):
+        if task == "regression" or not hasattr(model, "predict_proba"):
+            return {"prediction": np.asarray(model.predict(x))}
+        proba = np.asarray(model.predict_proba(x), dtype=np.float64)
     labels = np.asarray(model.classes_)[proba.argmax(axis=1)]
     return {"prediction": labels, "probabilities": proba}
+
+
+def _checked_finite(model: Any, x: Any) -> Any:
+    """scikit-learn's ``assume_finite`` when ``x`` is a float array with no NaN or
+    infinity (checked here as scikit-learn checks first: the sum is finite; a sum that
+    overflows only keeps the check) and ``model`` holds no other estimator, else
+    nothing. Its own check would pass on such an input: skipping it changes no answer and
+    no error, and saves ~15-20 us of a ~100 us call (a served request's few rows pay it in
+    full, once per micro-batch). Not for a Pipeline or another meta-estimator: the
+    estimators inside see what earlier ones computed, which this does not check (a
+    transform can make infinity)."""
+    import numpy as np
+
+    if (isinstance(x, np.ndarray) and x.dtype.kind == "f" and _single(model)
+            and np.isfinite(x.sum())):
+        import sklearn
+
+        return sklearn.config_context(assume_finite=True)
+    return contextlib.nullcontext()
+
+
+_SINGLE: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def _single(model: Any) -> bool:
+    """Whether ``model`` holds no other estimator among its parameters (a Pipeline's
+    steps, a stacking's estimators, a calibration's base...); found once per model."""
+    try:
+        return _SINGLE[model]
+    except KeyError:
+        pass
+    except TypeError:  # not weakly referenceable: asked each time (rare)
+        return _holds_none(model)
+    single = _SINGLE[model] = _holds_none(model)
+    return single
+
+
+def _holds_none(model: Any) -> bool:
+    try:
+        params = model.get_params(deep=False)
+    except Exception:  # not a scikit-learn estimator as expected: keep every check
+        return False
+    return not any(_estimator_in(v) for v in params.values())
+
+
+def _estimator_in(value: Any) -> bool:
+    if hasattr(value, "fit"):
+        return True
+    if isinstance(value, list | tuple):
+        return any(_estimator_in(v) for v in value)
+    return False
 
 
 def _torch(pkg: Any, x: Any) -> dict[str, Any]:

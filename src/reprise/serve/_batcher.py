@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import chain
+from operator import itemgetter, methodcaller
 from typing import Any
 
 from reprise.core import new_id
@@ -51,6 +52,7 @@ from reprise.core import new_id
 __all__ = ["Batcher", "Closed", "Overloaded", "PredictFailed", "Result"]
 
 _logger = logging.getLogger(__name__)
+_values = methodcaller("values")
 _EWMA = 0.2  # weight of the newest call in the moving average of call times
 # a rider is carried while its calls take at most this many times the host's (on average)
 # and at most _RIDE_MAX_S: the host's next batch waits for the rider's call
@@ -412,6 +414,14 @@ class Batcher:
         """One column per input across the batch, converted to arrays once."""
         if len(batch) == 1:
             return self._convert(batch[0].columns)
+        columns = [item.columns for item in batch]
+        # JSON bodies give every column as a list: one pass in C over all the chunks'
+        # types, then each column joined in C (per column and caller in Python, this
+        # was ~200 us of a 32-request batch of 20 columns: as much as the model's call)
+        if set(map(type, chain.from_iterable(map(_values, columns)))) == {list}:
+            return self._convert({name: list(chain.from_iterable(map(itemgetter(name),
+                                                                     columns)))
+                                  for name in columns[0]})
         merged: dict[str, Any] = {}
         for name in batch[0].columns:
             chunks = [item.columns[name] for item in batch]

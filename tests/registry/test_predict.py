@@ -1,0 +1,105 @@
+"""Predicting with a package's scikit-learn model: scikit-learn's own finiteness check is
+skipped only where it is known to pass (a float input with no NaN or infinity, checked
+here, into a single estimator), so no answer and no error changes."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import sklearn
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from reprise.registry._predict import _sklearn
+
+
+class Recording(LogisticRegression):
+    """A LogisticRegression noting whether scikit-learn assumed finite input for it."""
+
+    def decision_function(self, X: Any) -> Any:  # predict_proba's first step too
+        seen.append(sklearn.get_config()["assume_finite"])
+        return super().decision_function(X)
+
+
+seen: list[bool] = []
+
+
+def _fitted(model: Any) -> tuple[Any, np.ndarray]:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 4))
+    model.fit(x, (x[:, 0] - x[:, 1] > 0).astype(int))
+    return model, x
+
+
+def _pkg(model: Any) -> Any:
+    return SimpleNamespace(model=model, signature=SimpleNamespace(task="binary"))
+
+
+def test_a_finite_float_input_skips_the_check_and_answers_the_same() -> None:
+    model, x = _fitted(Recording())
+    seen.clear()
+    out = _sklearn(_pkg(model), x[:3])
+    assert seen == [True]
+    assert sklearn.get_config()["assume_finite"] is False  # restored after the call
+    expected = LogisticRegression.predict_proba(model, x[:3])
+    assert np.array_equal(out["probabilities"], expected)
+    assert out["prediction"].tolist() == model.classes_[expected.argmax(axis=1)].tolist()
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_non_finite_input_keeps_scikit_learns_check_and_its_error(bad: float) -> None:
+    model, x = _fitted(Recording())
+    rows = x[:3].copy()
+    rows[1, 2] = bad
+    seen.clear()
+    with pytest.raises(ValueError, match="Input X contains (NaN|infinity)"):
+        _sklearn(_pkg(model), rows)
+    assert seen == [False]
+
+
+def test_a_pipeline_keeps_every_steps_check() -> None:
+    """Its later steps see the earlier steps' outputs, which the package does not check."""
+    pipe, x = _fitted(make_pipeline(StandardScaler(), Recording()))
+    seen.clear()
+    out = _sklearn(_pkg(pipe), x[:3])
+    assert seen == [False]
+    assert np.array_equal(out["probabilities"], pipe.predict_proba(x[:3]))
+
+
+def test_a_non_float_input_keeps_the_check() -> None:
+    model, _ = _fitted(Recording())
+    seen.clear()
+    _sklearn(_pkg(model), np.array([[1, 0, 2, 3]]))
+    assert seen == [False]
+
+
+def test_a_meta_estimator_keeps_every_check() -> None:
+    from sklearn.calibration import CalibratedClassifierCV
+    from sklearn.ensemble import StackingClassifier
+
+    for meta in (CalibratedClassifierCV(Recording(), cv=2),
+                 StackingClassifier([("lr", Recording())], final_estimator=Recording())):
+        model, x = _fitted(meta)
+        seen.clear()
+        _sklearn(_pkg(model), x[:3])
+        assert seen and not any(seen)
+
+
+def test_array_inputs_become_the_same_matrix_as_column_stack() -> None:
+    from reprise.registry._predict import _inputs
+
+    names = ["a", "b", "c"]
+    pkg = SimpleNamespace(input_format="array", signature=SimpleNamespace(names=names))
+    columns = {"a": np.array([1.5, -2.0]), "b": np.array([3, 4]), "c": np.array([0.1, 1e300])}
+    x = _inputs(pkg, columns)
+    expected = np.column_stack([np.asarray(columns[n], dtype=np.float64) for n in names])
+    assert x.dtype == np.float64 and x.flags.c_contiguous
+    assert np.array_equal(x, expected)
+    shaped = {"a": np.array([1.0, 2.0]), "b": np.array([[1.0, 2.0], [3.0, 4.0]]),
+              "c": np.array([5.0, 6.0])}  # a column of rows: column_stack's own way
+    assert np.array_equal(_inputs(pkg, shaped), np.column_stack(
+        [np.asarray(shaped[n], dtype=np.float64) for n in names]))
