@@ -341,3 +341,46 @@ def test_a_batch_mixing_lists_and_arrays_joins_each_column_in_order() -> None:
         b.close()
 
     run(main())
+
+
+def test_an_idle_host_gathers_for_its_rider_and_runs_it_in_its_thread() -> None:
+    """A rider's request reaching an idle host: the host gathers one loop turn for it, as
+    for its own, and runs the rider's call in its thread (with the host's own requests
+    of that turn, answered in one hand-over); a batch of the rider's alone leaves the
+    host's call-time average and batch metrics alone, and the host stays usable."""
+    class Where(Echo):
+        def __call__(self, columns: dict[str, Any]) -> dict[str, Any]:
+            self.last = threading.get_ident()
+            return super().__call__(columns)
+
+    async def main() -> None:
+        stable, cand = Where(0.002), Where(0.001)
+        seen: list[int] = []
+        host = Batcher(stable, dict, label="s-v1", max_batch_size=8, max_wait_s=0.002,
+                       budget_s=None, on_batch=lambda rows, s: seen.append(rows))
+        rider = _label(cand, "s-v2")
+        await host.submit({"v": [0]}, 1)
+        await rider.submit({"v": [0]}, 1)
+        assert cand.last != stable.last  # warm-ups: each in its own thread
+        host.carry(rider)
+        call_s = host.call_s
+        seen.clear()
+        # the rider alone: in the host's thread, the host's figures untouched
+        assert (await rider.submit({"v": [7]}, 1)).outputs["out"] == [71]
+        assert cand.last == stable.last
+        assert host.call_s == call_s and seen == [] and cand.batches[-1] == 1
+        # both in the same turn: one dispatch, one hand-over
+        got = await asyncio.gather(rider.submit({"v": [1]}, 1), host.submit({"v": [2]}, 1),
+                                   rider.submit({"v": [3]}, 1))
+        assert [r.outputs["out"] for r in got] == [[11], [21], [31]]
+        assert cand.batches[-1] == 2 and stable.batches[-1] == 1 and seen == [1]
+        assert cand.last == stable.last
+        assert await host.drain(1) and await rider.drain(1)
+        assert (await host.submit({"v": [4]}, 1)).outputs["out"] == [41]
+        host.carry(None)  # released: its own thread again
+        assert (await rider.submit({"v": [5]}, 1)).outputs["out"] == [51]
+        assert cand.last != stable.last
+        host.close()
+        rider.close()
+
+    run(main())

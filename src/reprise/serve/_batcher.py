@@ -21,16 +21,18 @@ Policy:
 * If a batch of several requests fails, each request is retried alone, so one bad
   request cannot fail the others; a failure is logged once with an error id.
 * A *rider* (:meth:`Batcher.carry`: a canary's candidate, carried by the stable version's
-  batcher) whose requests arrive while its host is busy or gathering does not wake its
-  own thread: the host's next batch takes the rider's queue too, and the host's thread
-  runs the rider's call right after its own and hands both calls' answers back to the
-  event loop at once: the two versions' calls share one wake-up of the worker thread
-  and one of the event loop (bench_rollout: the loop's wake-ups per answer of a 10 %
-  canary fell from twice a plain server's to about the same). The host's answers wait
-  for the rider's call (on average at most ``_RIDE_MAX_S``, below). The rider's requests wait as
-  long as the host's arriving at the same time do. Only while the rider's calls are
-  about as cheap as the host's (moving averages): a slower rider runs in its own
-  thread, as an idle host's rider does at once.
+  batcher) does not wake its own thread: the host's next batch takes the rider's queue
+  too (an idle host gathers for it as for its own requests: the next loop turn
+  dispatches both, or the rider's alone), and the host's thread runs the rider's call
+  right after its own and hands both calls' answers back to the event loop at once: the
+  two versions' calls share one wake-up of the worker thread and one of the event loop
+  (bench_rollout: the loop's wake-ups per answer of a 10 % canary fell from twice a
+  plain server's to about the same; with ONNX Runtime, whose calls are short, the host
+  was idle at most of the rider's requests until idle hosts gathered for it too). The
+  host's answers wait for the rider's call (on average at most ``_RIDE_MAX_S``, below).
+  The rider's requests wait as long as the host's arriving at the same time do. Only
+  while the rider's calls are about as cheap as the host's (moving averages): a slower
+  rider runs in its own thread.
 """
 
 from __future__ import annotations
@@ -227,11 +229,21 @@ class Batcher:
             rider._host = self
 
     def _rides(self) -> bool:
-        """Whether this batcher's queue may wait for its host's next batch now."""
+        """Whether this batcher's queue may wait for its host's next batch now; an idle
+        host starts gathering for it (its next loop turn dispatches the rider's queue
+        with whatever of its own arrived meanwhile, in its thread)."""
         host = self._host
-        if host is None or host._closed or not (host._busy or host._gathering):
+        if host is None or host._closed or not self._cheap():
             return False
-        mine, hosts = self.call_s, host.call_s
+        if not (host._busy or host._gathering):
+            host._start_gathering()
+        return True
+
+    def _cheap(self) -> bool:
+        """Whether this rider's calls cost little enough beside its host's to be carried
+        (moving averages; both known)."""
+        host = self._host
+        mine, hosts = self.call_s, None if host is None else host.call_s
         return mine is not None and hosts is not None and \
             mine <= min(_RIDE_MAX_S, _RIDE_RATIO * hosts)
 
@@ -317,19 +329,25 @@ class Batcher:
     def _dispatch(self) -> None:
         self._gathering = False
         batch, rows = self._take()
-        if not batch:
+        carried = self._take_rider()
+        if not batch and carried is None:
             self._idle.set()
             rider = self._rider
             if rider is not None:
                 rider._leave_host()
             return
+        # (a batch of the rider's alone, when none of this one's came: its thread is
+        # taken all the same, so this one is busy and its next requests queue)
         self._busy = True
-        self._running_s = self._call_estimate(rows)
-        self._executor.submit(self._run, batch, self._take_rider())
+        self._running_s = self._call_estimate(rows) if batch else 0.0
+        self._executor.submit(self._run, batch, carried)
 
     def _finish(self, batch: list[_Item], results: list[Result | PredictFailed],
                 seconds: float, cpu_s: float = 0.0) -> None:
         self._busy = False
+        if not batch:  # the thread ran only its rider's call: nothing of this one's
+            self._next()
+            return
         self.cpu_s += cpu_s
         rows = sum(item.rows for item in batch)
         if rows > self.max_batch_size:
@@ -344,22 +362,30 @@ class Batcher:
                 item.future.set_exception(result)
             else:
                 item.future.set_result(result)
+        self._next()
+
+    def _next(self) -> None:
+        """After a call: dispatch what queued meanwhile, or go idle."""
         if self._queue and not self._closed:
             if self._rides():
                 self._waiting_host = True
             else:
                 self._start_gathering()
-        else:
-            self._idle.set()
-            rider = self._rider
-            if rider is not None:  # nothing more of this one's will carry it
-                rider._leave_host()
+            return
+        self._idle.set()
+        rider = self._rider
+        if rider is None or not rider._waiting_host:
+            return
+        if not self._closed and rider._cheap():  # gather a turn for the rider's queue
+            self._start_gathering()
+        else:  # nothing of this one's will carry it
+            rider._leave_host()
 
     # -- the worker thread -------------------------------------------------------------
 
     def _run(self, batch: list[_Item],
              rider: tuple[Batcher, list[_Item]] | None = None) -> None:
-        done = self._run_own(batch)
+        done: _Done = self._run_own(batch) if batch else (batch, [], 0.0, 0.0)
         if rider is not None:  # both answers go back to the loop in one hand-over
             carried, rider_done = rider[0], rider[0]._run_own(rider[1])
             self._post(self._finish_with, done, carried, rider_done)
