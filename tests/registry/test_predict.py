@@ -103,3 +103,24 @@ def test_array_inputs_become_the_same_matrix_as_column_stack() -> None:
               "c": np.array([5.0, 6.0])}  # a column of rows: column_stack's own way
     assert np.array_equal(_inputs(pkg, shaped), np.column_stack(
         [np.asarray(shaped[n], dtype=np.float64) for n in names]))
+
+
+def test_checked_lists_become_the_matrix_their_arrays_would() -> None:
+    """A server hands a scikit-learn package its checked lists (``takes_lists``): the
+    matrix is the one ``Signature.to_arrays`` and column_stack make, nulls as NaN."""
+    from reprise.registry import Field, Signature
+    from reprise.registry._predict import _inputs
+
+    sig = Signature(inputs=[Field("a", "float", nullable=True), Field("b", "int"),
+                            Field("c", "bool"), Field("d", "int", nullable=True)],
+                    outputs=[Field("prediction", "int")])
+    pkg = SimpleNamespace(input_format="array", signature=sig)
+    columns = {"a": [1.5, None, 1e300], "b": [3, -(2**62), 2**53 + 1], "c": [True, False, True],
+               "d": [None, 7, 0]}
+    x = _inputs(pkg, columns)
+    expected = np.column_stack([np.asarray(v, dtype=np.float64)
+                                for v in sig.to_arrays(columns).values()])
+    assert x.dtype == np.float64 and x.flags.c_contiguous
+    assert np.array_equal(x, expected, equal_nan=True)
+    rows = {"a": [1.0, 2.0], "b": [[1.0, 2.0], [3.0, 4.0]], "c": [5.0, 6.0], "d": [0, 1]}
+    assert _inputs(pkg, rows).shape == (2, 5)  # a column of rows: column_stack's own way

@@ -220,6 +220,13 @@ class _Loaded:
         self.float_dtype = float_dtype(package)
         # the Open Inference Protocol's model metadata names the runtime (KServe's name)
         self.platform = "onnxruntime_onnx" if package.runtime == "onnx" else None
+        # scikit-learn on a float matrix: predict builds the matrix from the checked
+        # lists in one conversion (registry._predict._inputs), the per-column arrays the
+        # server would make first are not needed
+        self.takes_lists = (package.flavor == "sklearn" and package.runtime != "onnx"
+                            and package.input_format == "array"
+                            and all(f.dtype in ("float", "int", "bool") and not f.shape
+                                    for f in package.signature.inputs))
 
     def predict(self, columns: dict[str, Any]) -> dict[str, Any]:
         return self.package.predict(columns)

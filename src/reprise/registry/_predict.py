@@ -37,11 +37,18 @@ def _inputs(pkg: Any, columns: dict[str, Any]) -> Any:
     if pkg.input_format == "tensor":
         return np.asarray(columns[names[0]], dtype=np.float32)
     cols = [columns[n] for n in names]
-    if all(getattr(c, "ndim", 0) == 1 for c in cols):
-        # one conversion of every column and one transposing copy: ~2-3 us against
-        # column_stack's ~10 (per column in Python), paid by every micro-batch of a server;
-        # the same C-ordered float64 matrix
-        return np.ascontiguousarray(np.array(cols, dtype=np.float64).T)
+    if all(type(c) is list or getattr(c, "ndim", 0) == 1 for c in cols):
+        # one conversion of every column (1-D arrays, or a server's checked lists, None
+        # for a null becoming NaN as Signature.to_arrays makes it) and one transposing
+        # copy: ~3 us against ~10 for column_stack, and ~20 more for converting lists
+        # column by column first; paid by every micro-batch of a server. The same
+        # C-ordered float64 matrix
+        try:
+            x = np.array(cols, dtype=np.float64)
+        except ValueError:  # a column of rows (a shaped input): column_stack's way
+            x = None
+        if x is not None and x.ndim == 2:
+            return np.ascontiguousarray(x.T)
     return np.column_stack([np.asarray(c, dtype=np.float64) for c in cols])
 
 

@@ -21,6 +21,11 @@ class Servable(Protocol):
     the outputs answering row i of the inputs. It must be safe to call from one
     worker thread at a time; the server never calls it concurrently for one
     model version. It raises on a bug in the model (the server answers 500).
+
+    A servable may also have ``takes_lists = True``: its ``predict`` takes the columns
+    as the checks left them (Python lists, ``None`` for a null) as well, and the server
+    then skips converting each column to an array first (optional; read with
+    ``getattr``).
     """
 
     name: str

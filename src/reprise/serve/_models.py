@@ -69,8 +69,10 @@ class ServedModel:
         sig = servable.signature.with_policy(extra_columns=settings.extra_columns,
                                              out_of_range=settings.out_of_range)
         name, version = servable.name, str(servable.version)
+        # a servable that takes the checked lists builds its own matrix from them
+        convert = dict if getattr(servable, "takes_lists", False) else sig.to_arrays
         batcher = Batcher(
-            servable.predict, sig.to_arrays, label=f"{name}-v{version}",
+            servable.predict, convert, label=f"{name}-v{version}",
             max_batch_size=settings.max_batch_size, max_wait_s=settings.max_wait_ms / 1000,
             budget_s=settings.latency_budget_ms / 1000,
             on_batch=lambda rows, s: metrics.batch(name, version, rows, s),
