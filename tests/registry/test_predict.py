@@ -4,6 +4,7 @@ here, into a single estimator), so no answer and no error changes."""
 
 from __future__ import annotations
 
+import warnings
 from types import SimpleNamespace
 from typing import Any
 
@@ -124,3 +125,28 @@ def test_checked_lists_become_the_matrix_their_arrays_would() -> None:
     assert np.array_equal(x, expected, equal_nan=True)
     rows = {"a": [1.0, 2.0], "b": [[1.0, 2.0], [3.0, 4.0]], "c": [5.0, 6.0], "d": [0, 1]}
     assert _inputs(pkg, rows).shape == (2, 5)  # a column of rows: column_stack's own way
+
+
+def test_a_value_beyond_float32_keeps_the_check_of_a_float32_estimator() -> None:
+    """Trees cast to float32, where 1e39 is infinity: scikit-learn's error stays."""
+    from sklearn.tree import DecisionTreeClassifier
+
+    model, x = _fitted(DecisionTreeClassifier(random_state=0))
+    rows = x[:2].copy()
+    rows[0, 1] = 1e39  # finite as float64
+    with warnings.catch_warnings():  # numpy's own warning as scikit-learn casts it
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with pytest.raises(ValueError, match="infinity or a value too large"):
+            _sklearn(_pkg(model), rows)
+    assert _sklearn(_pkg(model), x[:2])["prediction"].tolist() == model.predict(x[:2]).tolist()
+
+
+def test_a_meta_estimator_building_its_own_inner_one_keeps_the_check() -> None:
+    from sklearn.ensemble import AdaBoostClassifier, BaggingClassifier
+
+    from reprise.registry._predict import _single
+
+    for meta in (AdaBoostClassifier(n_estimators=3), BaggingClassifier(n_estimators=2)):
+        model, _ = _fitted(meta)  # estimator=None: a tree made inside
+        assert not _single(model)
+    assert _single(_fitted(LogisticRegression())[0])

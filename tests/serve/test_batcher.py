@@ -377,6 +377,12 @@ def test_an_idle_host_gathers_for_its_rider_and_runs_it_in_its_thread() -> None:
         assert cand.last == stable.last
         assert await host.drain(1) and await rider.drain(1)
         assert (await host.submit({"v": [4]}, 1)).outputs["out"] == [41]
+        # a request larger than a batch never rides: its call lasts as long as its rows
+        big, call_s = list(range(20)), host.call_s
+        assert (await rider.submit({"v": big}, 20)).outputs["out"] == [v * 10 + 1 for v in big]
+        assert cand.last != stable.last and host.call_s == call_s
+        assert (await rider.submit({"v": [6]}, 1)).outputs["out"] == [61]
+        assert cand.last == stable.last
         host.carry(None)  # released: its own thread again
         assert (await rider.submit({"v": [5]}, 1)).outputs["out"] == [51]
         assert cand.last != stable.last

@@ -222,7 +222,8 @@ class _Loaded:
         self.platform = "onnxruntime_onnx" if package.runtime == "onnx" else None
         # scikit-learn on a float matrix: predict builds the matrix from the checked
         # lists in one conversion (registry._predict._inputs), the per-column arrays the
-        # server would make first are not needed
+        # server would make first are not needed (the same matrix, but for an int field
+        # sent as -0.0, which stays -0.0 rather than becoming 0: equal to it)
         self.takes_lists = (package.flavor == "sklearn" and package.runtime != "onnx"
                             and package.input_format == "array"
                             and all(f.dtype in ("float", "int", "bool") and not f.shape

@@ -233,7 +233,8 @@ class Batcher:
         host starts gathering for it (its next loop turn dispatches the rider's queue
         with whatever of its own arrived meanwhile, in its thread)."""
         host = self._host
-        if host is None or host._closed or not self._cheap():
+        # a request larger than a batch (its call as long as its rows) never rides
+        if host is None or host._closed or self._queued_big_rows or not self._cheap():
             return False
         if not (host._busy or host._gathering):
             host._start_gathering()
@@ -261,6 +262,9 @@ class Batcher:
             return None
         rider._waiting_host = False
         if rider._closed or rider._busy or rider._gathering:
+            return None
+        if rider._queued_big_rows:  # queued since it began to wait: its own thread
+            rider._start_gathering()
             return None
         batch, rows = rider._take()
         if not batch:
@@ -339,7 +343,9 @@ class Batcher:
         # (a batch of the rider's alone, when none of this one's came: its thread is
         # taken all the same, so this one is busy and its next requests queue)
         self._busy = True
-        self._running_s = self._call_estimate(rows) if batch else 0.0
+        # (what this one's next requests would wait for: the rider's call too)
+        self._running_s = (self._call_estimate(rows) if batch else 0.0) + \
+            (carried[0]._running_s if carried is not None else 0.0)
         self._executor.submit(self._run, batch, carried)
 
     def _finish(self, batch: list[_Item], results: list[Result | PredictFailed],
