@@ -46,7 +46,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import chain
-from operator import itemgetter, methodcaller
+from operator import itemgetter
 from typing import Any
 
 from reprise.core import new_id
@@ -54,7 +54,6 @@ from reprise.core import new_id
 __all__ = ["Batcher", "Closed", "Overloaded", "PredictFailed", "Result"]
 
 _logger = logging.getLogger(__name__)
-_values = methodcaller("values")
 _EWMA = 0.2  # weight of the newest call in the moving average of call times
 # a rider is carried while its calls take at most this many times the host's (on average)
 # and at most _RIDE_MAX_S: the host's next batch waits for the rider's call
@@ -447,17 +446,11 @@ class Batcher:
         if len(batch) == 1:
             return self._convert(batch[0].columns)
         columns = [item.columns for item in batch]
-        # JSON bodies give every column as a list: one pass in C over all the chunks'
-        # types, then each column joined in C (per column and caller in Python, this
-        # was ~200 us of a 32-request batch of 20 columns: as much as the model's call)
-        if set(map(type, chain.from_iterable(map(_values, columns)))) == {list}:
-            return self._convert({name: list(chain.from_iterable(map(itemgetter(name),
-                                                                     columns)))
-                                  for name in columns[0]})
         merged: dict[str, Any] = {}
-        for name in batch[0].columns:
-            chunks = [item.columns[name] for item in batch]
-            if all(type(c) is list for c in chunks):
+        for name in columns[0]:
+            chunks = list(map(itemgetter(name), columns))
+            # JSON bodies give lists: the check and the join in C
+            if set(map(type, chunks)) == {list}:
                 merged[name] = list(chain.from_iterable(chunks))
             else:  # some callers sent numpy arrays (programmatic use): convert, then join
                 import numpy as np
