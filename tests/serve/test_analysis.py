@@ -265,6 +265,66 @@ def test_an_installed_check_takes_part(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "input_drift" not in d.evidence["skipped"]
 
 
+class TestQuick:
+    """``decide(..., quick=True)``, a server's analysis every second: a wait runs only
+    the checks that may hard-fail; any other decision is the full one's."""
+
+    def test_a_wait_runs_only_the_hard_checks(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        calls: list[float] = []
+
+        def spy(stable: VersionWindow, cand: VersionWindow, policy: Policy) -> CheckResult:
+            calls.append(cand.requests)
+            return CheckResult("spy", "pass", None, None, "ok")
+
+        monkeypatch.setitem(CHECKS, "spy", spy)
+        d = decide(rollout(), STABLE, GOOD, Policy(), now=T0 + 30, quick=True)
+        assert d.action == "wait" and d.changes == {} and d.evidence == {}
+        assert d.reason == "next analysis in 30.0 s"
+        assert calls == [] and verdicts(d) == {"error_rate_hard": "pass"}
+        due = decide(rollout(), STABLE, GOOD, Policy(), now=DUE, quick=True)
+        assert calls == [400] and due.action == "step"
+        assert due == decide(rollout(), STABLE, GOOD, Policy(), now=DUE)
+
+    def test_a_hard_failure_rolls_back_with_the_full_evidence(self) -> None:
+        bad = win("candidate", 12, errors=12)
+        d = decide(rollout(), STABLE, bad, Policy(), now=T0 + 5, quick=True)
+        assert d.action == "rollback" and "prediction_shift" in verdicts(d)
+        assert d == decide(rollout(), STABLE, bad, Policy(), now=T0 + 5)
+
+    def test_a_check_installed_as_hard_runs_between_decisions(
+            self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from reprise.serve import _rollout_checks
+
+        def burning(stable: VersionWindow, cand: VersionWindow,
+                    policy: Policy) -> CheckResult:
+            return CheckResult("burn", "hard_fail", 20.0, 14.4, "burn rate 20 > 14.4")
+
+        monkeypatch.setattr(_rollout_checks, "HARD", set(_rollout_checks.HARD))
+        monkeypatch.setitem(CHECKS, "burn", burning)
+        register_check("burn", burning, hard=True)
+        d = decide(rollout(), STABLE, GOOD, Policy(), now=T0 + 5, quick=True)
+        assert d.action == "rollback" and d.reason == "hard failure: burn rate 20 > 14.4"
+        register_check("burn", burning)  # not hard: left for the full analysis
+        assert decide(rollout(), STABLE, GOOD, Policy(), now=T0 + 5, quick=True).action \
+            == "wait"
+        assert decide(rollout(), STABLE, GOOD, Policy(), now=T0 + 5).action == "rollback"
+
+
+@settings(max_examples=150, deadline=None)
+@given(requests=st.integers(0, 600), error_share=st.floats(0, 1),
+       offset=st.floats(0, 120), strategy=st.sampled_from(["canary", "shadow", "blue-green"]))
+def test_quick_decides_as_the_full_analysis(requests: int, error_share: float,
+                                            offset: float, strategy: str) -> None:
+    cand = win("candidate", requests, errors=round(requests * error_share),
+               mode="shadow" if strategy != "canary" else "live")
+    quick = decide(rollout(strategy), STABLE, cand, Policy(), now=T0 + offset, quick=True)
+    full = decide(rollout(strategy), STABLE, cand, Policy(), now=T0 + offset)
+    assert (quick.action, quick.changes, quick.reason) == (full.action, full.changes,
+                                                           full.reason)
+    if full.action != "wait":
+        assert quick == full
+
+
 class TestHistograms:
     def test_quantiles_match_raw_samples_within_a_bucket(self) -> None:
         rng = np.random.default_rng(0)

@@ -33,12 +33,14 @@ from tests.serve._e2e import Answer, Load, Server, wait_for
 
 # versions registered (pkg(C): logistic regressions, nearly the same predictions) and
 # what the server does with them
-CS = {1: 1.0, 2: 0.5, 3: 0.4, 4: 0.3, 5: 0.2, 6: 0.6, 7: 0.8, 8: 0.9, 9: 0.7, 10: 0.25}
-FAILING, SLOW, ONE_CLASS, HEALTHY, SLEEPY, STICKY, CORRUPT, NO_WARM_UP, BLUE_GREEN = range(2, 11)
+CS = {1: 1.0, 2: 0.5, 3: 0.4, 4: 0.3, 5: 0.2, 6: 0.6, 7: 0.8, 8: 0.9, 9: 0.7, 10: 0.25,
+      11: 0.35}
+FAILING, SLOW, ONE_CLASS, HEALTHY, SLEEPY, STICKY, CORRUPT, NO_WARM_UP, BLUE_GREEN, BROKEN = \
+    range(2, 12)
 SLOW_MS = 250  # >10x the stable version's median latency under this load, on any machine
 FAULTS: dict[int, dict[str, Any]] = {FAILING: {"fail": 0.2}, SLOW: {"sleep_ms": SLOW_MS},
                                      ONE_CLASS: {"constant": 1}, SLEEPY: {"sleep_ms": 1000},
-                                     NO_WARM_UP: {"warm_up": "fail"}}
+                                     NO_WARM_UP: {"warm_up": "fail"}, BROKEN: {"fail": 1.0}}
 # samples large enough that a healthy candidate's noise does not fail the checks
 POLICY = {"analysis": {"min_requests": 100}}
 # for a candidate that is the same model as the stable one: its latency is checked at 4x
@@ -164,6 +166,28 @@ def test_a_candidate_failing_a_fifth_of_its_requests_is_rolled_back_under_load(
     print(f"first failing analysis -> rollback decided {events[-1]['time'] - first_fail:.2f} "
           f"s (interval 2 s) -> last answer by the candidate "
           f"{last_on_candidate - events[-1]['time']:+.2f} s")
+
+
+def test_a_candidate_failing_every_request_is_rolled_back_before_its_interval(
+        clean: Deploy) -> None:
+    # a hard failure: the server's decider, analysing every second, rolls back at once
+    # (running only the checks that may hard-fail between decisions), and the rollback's
+    # audit event still carries every check's verdict
+    stable = clean.stable()
+    rec = start_rollout("churn", BROKEN, steps=[20, 50, 100], interval="60s", policy=POLICY,
+                        workspace=clean.ws)
+    with Load([clean.server.url], threads=THREADS) as load:
+        _routed(clean.server, rec)
+        final, applied = _ended(clean, rec, timeout=45)
+        time.sleep(1.0)
+    _rolled_back(clean, rec, final, applied, load.answers, stable)
+    assert (final.reason or "").startswith("hard failure: error rate 100.0%"), final.reason
+    assert (final.ended_at or 0) - rec.created_at < 45  # the interval (60 s) never came
+    evidence = _events(clean.ws, rec.id)[-1]["payload"]["evidence"]
+    assert {c["name"]: c["verdict"] for c in evidence["checks"]}["error_rate_hard"] \
+        == "hard_fail"
+    assert {"error_rate", "latency_ratio", "prediction_shift"} <= {
+        c["name"] for c in evidence["checks"]}
 
 
 def test_a_ten_times_slower_candidate_is_rolled_back_on_p99(clean: Deploy) -> None:

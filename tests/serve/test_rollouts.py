@@ -303,10 +303,10 @@ class TestDecisions:
         barrier, decided, results = threading.Barrier(2), threading.Barrier(2), []
         real_decide = rollouts.decide
 
-        def decide_together(*args: Any) -> Any:
+        def decide_together(*args: Any, **kwargs: Any) -> Any:
             # both callers decide on the same state before either applies: without this
             # a caller that starts late reads the step already taken and only waits
-            d = real_decide(*args)
+            d = real_decide(*args, **kwargs)
             decided.wait(timeout=30)
             return d
         monkeypatch.setattr(rollouts, "decide", decide_together)

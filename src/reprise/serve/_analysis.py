@@ -44,6 +44,7 @@ from reprise.serve._rollout_checks import (
     histogram_quantile,
     register_check,
     run_checks,
+    run_hard_checks,
 )
 
 __all__ = ["ACTIONS", "CHECKS", "Check", "CheckResult", "Decision", "VersionWindow",
@@ -96,8 +97,15 @@ def stable_since(rollout: RolloutRecord) -> float:
 
 
 def decide(rollout: RolloutRecord, stable_w: VersionWindow, cand_w: VersionWindow,
-           policy: Policy, now: float) -> Decision:
+           policy: Policy, now: float, *, quick: bool = False) -> Decision:
     """The decision the rules (module docstring) give for ``rollout`` at ``now``.
+
+    ``quick``: before the interval is up, run only the checks that may hard-fail
+    (:data:`~reprise.serve._rollout_checks.HARD`) and answer ``wait`` with no evidence
+    unless one does; the decision is the same, only a wait's checks and evidence are
+    left out. A server's decider analyses every second for the hard failures, and the
+    other checks (a contingency test, an input-drift report reading the request log)
+    were most of that work, on the serving process, for nothing (issue 14).
 
     Example:
         >>> import time
@@ -109,13 +117,17 @@ def decide(rollout: RolloutRecord, stable_w: VersionWindow, cand_w: VersionWindo
         >>> d.action, d.reason
         ('hold', 'insufficient data: 0 of 200 requests (candidate v2)')
     """
+    due = rollout.due_at()
+    if quick and now < due:
+        hard = run_hard_checks(stable_w, cand_w, policy)
+        if not any(c.verdict == "hard_fail" for c in hard):
+            return Decision("wait", {}, hard, {}, f"next analysis in {due - now:.1f} s")
     checks, skipped = run_checks(stable_w, cand_w, policy)
     evidence = _evidence(rollout, stable_w, cand_w, policy, now, checks, skipped)
     hard = [c for c in checks if c.verdict == "hard_fail"]
     if hard:
         return _rollback(rollout, now, checks, evidence, failures=rollout.failures + 1,
                          reason="hard failure: " + "; ".join(c.message for c in hard))
-    due = rollout.due_at()
     if now < due:
         return Decision("wait", {}, checks, evidence,
                         f"next analysis in {due - now:.1f} s")

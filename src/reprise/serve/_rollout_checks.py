@@ -17,8 +17,9 @@ from typing import Any
 from reprise.core._rollout_types import LATENCY_BOUNDS_MS, BucketRow
 from reprise.serve._policy import Policy
 
-__all__ = ["CHECKS", "VERDICTS", "Check", "CheckResult", "VersionWindow", "burn_rates",
-           "histogram_quantile", "register_check", "run_checks", "share_above"]
+__all__ = ["CHECKS", "HARD", "VERDICTS", "Check", "CheckResult", "VersionWindow", "burn_rates",
+           "histogram_quantile", "register_check", "run_checks", "run_hard_checks",
+           "share_above"]
 
 VERDICTS = ("pass", "fail", "hard_fail", "insufficient")
 
@@ -371,11 +372,32 @@ CHECKS: dict[str, Check] = {
 """Every check ``_analysis.decide`` runs, by name. ``input_drift`` is the monitoring layer's
 to install (:func:`register_check`); until then it is left out and the evidence says so."""
 
+HARD: set[str] = {"error_rate_hard"}
+"""The checks that may answer ``hard_fail`` (a rollback before the interval is up): all
+that a server's analysis between two decisions runs (``decide(..., quick=True)``)."""
 
-def register_check(name: str, fn: Check) -> None:
+
+def register_check(name: str, fn: Check, *, hard: bool = False) -> None:
     """Install (or replace) the check ``name``, e.g. ``input_drift``: it is then run by
-    every analysis like the built-in ones."""
+    every analysis like the built-in ones. ``hard``: it may answer ``hard_fail``, so it
+    runs between decisions too (else only when a decision is due)."""
     CHECKS[name] = fn
+    if hard:
+        HARD.add(name)
+    else:
+        HARD.discard(name)
+
+
+def run_hard_checks(stable: VersionWindow, cand: VersionWindow,
+                    policy: Policy) -> list[CheckResult]:
+    """The results of the checks in :data:`HARD` that apply."""
+    results = []
+    for name in sorted(HARD):
+        fn = CHECKS.get(name)
+        out = fn(stable, cand, policy) if fn is not None else None
+        if out is not None:
+            results.append(out)
+    return results
 
 
 def run_checks(stable: VersionWindow, cand: VersionWindow,

@@ -210,7 +210,7 @@ class RolloutController:
         try:
             decision = await asyncio.to_thread(
                 analyze_once, rec.name, rec.alias, None, rollout_id=rec.id, actor=self.actor,
-                workspace=self.workspace)
+                workspace=self.workspace, quick=True)
         except NotFoundError:  # ended meanwhile (by hand, or by another server)
             await self.sync(ref)
             return

@@ -321,9 +321,10 @@ def _decisions(store: Any, rollout_id: str, ref: str) -> list[dict[str, Any]]:
 
 def analyze_once(name: str, alias: str | None = None, now: float | None = None, *,
                  rollout_id: str | None = None, actor: str | None = None,
-                 workspace: Any = None) -> Decision:
+                 workspace: Any = None, quick: bool = False) -> Decision:
     """One analysis round of the running rollout of ``name@alias`` (or ``rollout_id``)
     from the stored buckets, at ``now`` (injectable: tests decide without sleeping).
+    ``quick``: a wait runs only the checks that may hard-fail (``decide``).
 
     A ``wait`` is returned as is; any other decision is applied by compare-and-set with
     its audit event (the promotion moving the alias in the same transaction), and
@@ -346,7 +347,7 @@ def analyze_once(name: str, alias: str | None = None, now: float | None = None, 
                     f"{rec.ref} was moved to version {held} outside the rollout")
     policy = Policy.from_dict(rec.policy)
     stable_w, cand_w = rollout_windows(store, rec, now)
-    d = decide(rec, stable_w, cand_w, policy, now)
+    d = decide(rec, stable_w, cand_w, policy, now, quick=quick)
     if d.action == "wait":
         return d
     try:
