@@ -149,6 +149,7 @@ class SqlMetadataStore(SqlSearchMixin, SqlMonitorMixin, SqlRequestLogMixin, SqlR
         self.url = url
         self.engine = _make_engine(url)
         self.dialect = self.engine.dialect.name
+        self._upserts: dict[tuple[str, tuple[str, ...], tuple[str, ...]], Any] = {}
         try:
             current = self._current_revision()
         except OperationalError as exc:
@@ -296,9 +297,17 @@ class SqlMetadataStore(SqlSearchMixin, SqlMonitorMixin, SqlRequestLogMixin, SqlR
 
     def _upsert(self, conn: Connection, table: sa.Table, rows: list[dict[str, Any]],
                 keys: list[str]) -> None:
-        stmt = self._dialect_insert(table)
-        update = {c: getattr(stmt.excluded, c) for c in rows[0] if c not in keys}
-        conn.execute(stmt.on_conflict_do_update(index_elements=keys, set_=update), rows)
+        # the statement built once per table, key and columns: building ``excluded``'s
+        # column collection cost more than the SQL itself (~0.3 ms a call; a server's
+        # rollout controller upserts its outcome buckets every second)
+        cache_key = (table.name, tuple(keys), tuple(rows[0]))
+        upsert = self._upserts.get(cache_key)
+        if upsert is None:
+            stmt = self._dialect_insert(table)
+            update = {c: getattr(stmt.excluded, c) for c in rows[0] if c not in keys}
+            upsert = self._upserts[cache_key] = stmt.on_conflict_do_update(
+                index_elements=keys, set_=update)
+        conn.execute(upsert, rows)
 
     def _insert_ignore(self, conn: Connection, table: sa.Table, rows: list[dict[str, Any]],
                        keys: list[str]) -> None:
