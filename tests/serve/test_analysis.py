@@ -304,10 +304,19 @@ class TestQuick:
         register_check("burn", burning, hard=True)
         d = decide(rollout(), STABLE, GOOD, Policy(), now=T0 + 5, quick=True)
         assert d.action == "rollback" and d.reason == "hard failure: burn rate 20 > 14.4"
-        register_check("burn", burning)  # not hard: left for the full analysis
+        register_check("burn", burning)  # replaced, hard=None: still hard
+        assert decide(rollout(), STABLE, GOOD, Policy(), now=T0 + 5, quick=True).action \
+            == "rollback"
+        register_check("burn", burning, hard=False)  # left for the full analysis
         assert decide(rollout(), STABLE, GOOD, Policy(), now=T0 + 5, quick=True).action \
             == "wait"
         assert decide(rollout(), STABLE, GOOD, Policy(), now=T0 + 5).action == "rollback"
+        # wrapping a built-in hard check keeps it running between decisions
+        monkeypatch.setitem(CHECKS, "error_rate_hard", CHECKS["error_rate_hard"])
+        register_check("error_rate_hard", CHECKS["error_rate_hard"])
+        bad = win("candidate", 12, errors=12)
+        assert decide(rollout(), STABLE, bad, Policy(), now=T0 + 5, quick=True).action \
+            == "rollback"
 
 
 @settings(max_examples=150, deadline=None)

@@ -377,14 +377,16 @@ HARD: set[str] = {"error_rate_hard"}
 that a server's analysis between two decisions runs (``decide(..., quick=True)``)."""
 
 
-def register_check(name: str, fn: Check, *, hard: bool = False) -> None:
+def register_check(name: str, fn: Check, *, hard: bool | None = None) -> None:
     """Install (or replace) the check ``name``, e.g. ``input_drift``: it is then run by
-    every analysis like the built-in ones. ``hard``: it may answer ``hard_fail``, so it
-    runs between decisions too (else only when a decision is due)."""
+    every analysis like the built-in ones. ``hard``: it may answer ``hard_fail``, so a
+    server runs it between decisions too, and a hard failure rolls back at once; False:
+    only when a decision is due (a ``hard_fail`` then rolls back at that analysis);
+    None (the default): as the check it replaces was, else False."""
     CHECKS[name] = fn
     if hard:
         HARD.add(name)
-    else:
+    elif hard is not None:
         HARD.discard(name)
 
 
